@@ -1,0 +1,3 @@
+module reprise
+
+go 1.26
