@@ -1,0 +1,312 @@
+package reprise
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Errors a Store returns. Match them with errors.Is.
+var (
+	// ErrNotFound: no run or task with that id.
+	ErrNotFound = errors.New("not found")
+	// ErrLeaseLost: the fencing token is stale, or the lease has lapsed.
+	// The write changed nothing.
+	ErrLeaseLost = errors.New("lease lost")
+	// ErrRunFinished: the run is completed, failed or cancelled. The write
+	// changed nothing.
+	ErrRunFinished = errors.New("run finished")
+	// ErrSchemaTooNew: the database was migrated by a newer reprise.
+	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+)
+
+// RunStatus is where a run is in its life.
+type RunStatus string
+
+const (
+	// RunPending: created, no workflow code has run yet.
+	RunPending RunStatus = "pending"
+	// RunRunning: the workflow has started and has not finished.
+	RunRunning RunStatus = "running"
+	// RunCompleted: the workflow returned a result.
+	RunCompleted RunStatus = "completed"
+	// RunFailed: the workflow returned an error, panicked or was
+	// nondeterministic.
+	RunFailed RunStatus = "failed"
+	// RunCancelled: the run was cancelled.
+	RunCancelled RunStatus = "cancelled"
+)
+
+// Final reports whether s is an end state.
+func (s RunStatus) Final() bool {
+	return s == RunCompleted || s == RunFailed || s == RunCancelled
+}
+
+// A Run is one execution of a workflow.
+type Run struct {
+	ID        string
+	Workflow  string
+	Status    RunStatus
+	Input     json.RawMessage
+	Output    json.RawMessage
+	Error     *ErrorInfo
+	Execution int
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// A Task is a step's row in the durable queue: one per step, not per
+// attempt. Claiming it starts an attempt under a lease.
+type Task struct {
+	ID        int64
+	RunID     string
+	Execution int
+	Position  int
+	Step      string
+	Input     json.RawMessage
+	// IdempotencyKey is fixed when the step is scheduled.
+	IdempotencyKey string
+	// Policy is the step's retry.Policy, JSON-encoded, as scheduled.
+	Policy json.RawMessage
+	// Timeout limits each attempt; zero means none.
+	Timeout time.Duration
+	// Attempt is the number of the attempt this claim started, from 1.
+	Attempt int
+	// Token fences this attempt: writes with another token are rejected.
+	Token int64
+	// LeaseUntil is when the lease lapses unless renewed.
+	LeaseUntil time.Time
+	// StartedAt is when this attempt was claimed.
+	StartedAt time.Time
+	// FirstStartedAt is when the step's first attempt was claimed.
+	FirstStartedAt time.Time
+}
+
+// Store is the durable state of the engine: runs, their histories, the task
+// queue and the timers. Every method is one transaction: a transition and
+// the history events it appends commit together or not at all.
+//
+// Times are the store's: it stamps events and computes ready and lease times
+// from its own clock (an option of each driver), from the durations given.
+// A store's behaviour is pinned by the storetest suite, which every driver
+// must pass.
+type Store interface {
+	// RunCreate creates a run and appends RunStarted. If a run with the id
+	// exists, it returns that run and created=false, and changes nothing.
+	RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error)
+	// RunGet returns a run, or ErrNotFound.
+	RunGet(ctx context.Context, id string) (*Run, error)
+	// RunList lists runs, newest first.
+	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
+	// RunClaim leases active runs (pending or running) that no live owner
+	// holds, so that the caller executes their workflow code.
+	RunClaim(ctx context.Context, p *RunClaimParams) ([]RunLease, error)
+	// RunRenew extends the leases of all active runs the owner holds.
+	RunRenew(ctx context.Context, p *RunRenewParams) error
+	// RunAdvance records what the workflow did since its last advance: the
+	// steps and timers it scheduled, and whether it finished. It checks the
+	// run's lease token (ErrLeaseLost) and that the run is active
+	// (ErrRunFinished).
+	RunAdvance(ctx context.Context, p *RunAdvanceParams) ([]Event, error)
+	// RunCancel cancels an active run: appends RunCancelled and drops its
+	// tasks and timers, so that results of running attempts are rejected.
+	// A finished run gives ErrRunFinished.
+	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
+	// HistoryList returns a run's events in order, ErrNotFound for no run.
+	HistoryList(ctx context.Context, p *HistoryListParams) ([]Event, error)
+
+	// TaskClaim leases up to the given number of ready tasks per step name,
+	// oldest ready time first, and appends AttemptStarted for each. A task
+	// is never leased to two claimers at once.
+	TaskClaim(ctx context.Context, p *TaskClaimParams) ([]*Task, error)
+	// TaskHeartbeat extends a lease, never past the attempt's timeout.
+	TaskHeartbeat(ctx context.Context, p *TaskHeartbeatParams) (time.Time, error)
+	// TaskComplete records an attempt's result: appends StepCompleted and
+	// removes the task. Stale token or lapsed lease: ErrLeaseLost.
+	TaskComplete(ctx context.Context, p *TaskCompleteParams) (*Outcome, error)
+	// TaskFail records a failed attempt and the policy's decision: appends
+	// AttemptFailed, then either makes the task ready again after the
+	// delay or appends StepFailed and removes it.
+	TaskFail(ctx context.Context, p *TaskFailParams) (*Outcome, error)
+	// TaskListExpired returns leased tasks whose lease has lapsed.
+	TaskListExpired(ctx context.Context, p *TaskListExpiredParams) ([]*Task, error)
+
+	// TimerFire fires due timers: appends TimerFired for each.
+	TimerFire(ctx context.Context, p *TimerFireParams) ([]*Outcome, error)
+	// NextWake returns the earliest time something becomes due: a ready
+	// task of the given step names, a lease to lapse, or a timer to fire.
+	// ok is false when nothing is pending.
+	NextWake(ctx context.Context, p *NextWakeParams) (at time.Time, ok bool, err error)
+
+	Close() error
+}
+
+// RunCreateParams creates a run.
+type RunCreateParams struct {
+	// ID is the run's id; the caller chooses it (the engine generates one
+	// when the user does not).
+	ID       string
+	Workflow string
+	Input    json.RawMessage
+	// Owner, when set, leases the new run to that engine for LeaseTTL.
+	Owner    string
+	LeaseTTL time.Duration
+}
+
+// RunListParams filters and pages RunList.
+type RunListParams struct {
+	// Status and Workflow filter when set.
+	Status   RunStatus
+	Workflow string
+	// Before, when set, lists only runs created before the run with this id
+	// (a page cursor: pass the last id of the previous page).
+	Before string
+	// Limit caps the page; zero means 100.
+	Limit int
+}
+
+// RunClaimParams leases runs for workflow execution.
+type RunClaimParams struct {
+	Owner    string
+	Limit    int
+	LeaseTTL time.Duration
+}
+
+// A RunLease is a claimed run: the caller may advance it with Token.
+type RunLease struct {
+	Run   *Run
+	Token int64
+}
+
+// RunRenewParams renews an owner's run leases.
+type RunRenewParams struct {
+	Owner    string
+	LeaseTTL time.Duration
+}
+
+// RunAdvanceParams records a workflow's progress. Steps and timers are
+// appended in the order of their positions (StepScheduled, TimerScheduled),
+// then the run's end, if Finish is set.
+type RunAdvanceParams struct {
+	RunID string
+	Token int64
+	// Steps become StepScheduled events and ready tasks.
+	Steps []NewStep
+	// Timers become TimerScheduled events and pending timers.
+	Timers []NewTimer
+	// Finish, when set, ends the run (RunCompleted, RunFailed or
+	// RunCancelled) and drops its remaining tasks and timers.
+	Finish *RunFinish
+}
+
+// NewStep is a step the workflow scheduled.
+type NewStep struct {
+	Position       int
+	Name           string
+	Input          json.RawMessage
+	IdempotencyKey string
+	// PolicyText is the canonical text form, for the history.
+	PolicyText string
+	// Policy is the JSON-encoded retry.Policy, for deciding on failures.
+	Policy  json.RawMessage
+	Timeout time.Duration
+}
+
+// NewTimer is a timer the workflow started.
+type NewTimer struct {
+	Position int
+	Delay    time.Duration
+}
+
+// RunFinish ends a run.
+type RunFinish struct {
+	// Status is RunCompleted, RunFailed or RunCancelled.
+	Status RunStatus
+	Output json.RawMessage
+	Error  *ErrorInfo
+}
+
+// RunCancelParams cancels a run.
+type RunCancelParams struct {
+	ID     string
+	Reason string
+}
+
+// HistoryListParams selects events of a run.
+type HistoryListParams struct {
+	RunID string
+	// AfterSeq lists only events with a larger Seq.
+	AfterSeq int64
+}
+
+// TaskClaimParams leases ready tasks.
+type TaskClaimParams struct {
+	// Owner names the worker, for AttemptStarted and leases.
+	Owner string
+	// Steps says how many tasks of each step name to claim at most.
+	Steps []StepQuota
+	// LeaseTTL is the lease's length; it is cut to the attempt's timeout.
+	LeaseTTL time.Duration
+}
+
+// StepQuota caps a claim for one step name.
+type StepQuota struct {
+	Name  string
+	Limit int
+}
+
+// TaskHeartbeatParams extends a lease.
+type TaskHeartbeatParams struct {
+	TaskID   int64
+	Token    int64
+	LeaseTTL time.Duration
+}
+
+// TaskCompleteParams records a successful attempt.
+type TaskCompleteParams struct {
+	TaskID int64
+	Token  int64
+	Output json.RawMessage
+}
+
+// TaskFailParams records a failed attempt and the policy's decision.
+type TaskFailParams struct {
+	TaskID int64
+	Token  int64
+	Error  ErrorInfo
+	// Retry makes the task ready again after Delay; otherwise the step
+	// fails with Reason.
+	Retry  bool
+	Delay  time.Duration
+	Rule   string
+	Reason string
+	// Expired is set by the lease reaper: the write then requires the lease
+	// to have lapsed, where a worker's write requires it not to have.
+	Expired bool
+}
+
+// An Outcome is what a store call appended to a run's history, and who to
+// tell: the engine that holds the run's lease.
+type Outcome struct {
+	RunID string
+	// Owner holds the run's lease; empty when none does.
+	Owner  string
+	Events []Event
+}
+
+// TaskListExpiredParams lists lapsed leases.
+type TaskListExpiredParams struct {
+	Limit int
+}
+
+// TimerFireParams fires due timers.
+type TimerFireParams struct {
+	Limit int
+}
+
+// NextWakeParams asks for the next due time.
+type NextWakeParams struct {
+	// Steps limits ready tasks to these step names.
+	Steps []string
+}
