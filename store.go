@@ -134,10 +134,9 @@ type Store interface {
 
 	// TimerFire fires due timers: appends TimerFired for each.
 	TimerFire(ctx context.Context, p *TimerFireParams) ([]*Outcome, error)
-	// NextWake returns the earliest time something becomes due: a ready
-	// task of the given step names, a lease to lapse, or a timer to fire.
-	// ok is false when nothing is pending.
-	NextWake(ctx context.Context, p *NextWakeParams) (at time.Time, ok bool, err error)
+	// NextWake returns when something next becomes due: the earliest ready
+	// time of a task of the given step names, lease expiry and timer.
+	NextWake(ctx context.Context, p *NextWakeParams) (Wake, error)
 
 	Close() error
 }
@@ -305,7 +304,15 @@ type TimerFireParams struct {
 	Limit int
 }
 
-// NextWakeParams asks for the next due time.
+// Wake holds the next due times; a zero time means nothing of that kind is
+// pending. Times already past are returned as they are.
+type Wake struct {
+	Task  time.Time
+	Lease time.Time
+	Timer time.Time
+}
+
+// NextWakeParams asks for the next due times.
 type NextWakeParams struct {
 	// Steps limits ready tasks to these step names.
 	Steps []string
