@@ -92,9 +92,10 @@ type Task struct {
 // A store's behaviour is pinned by the storetest suite, which every driver
 // must pass.
 type Store interface {
-	// RunCreate creates a run and appends RunStarted. If a run with the id
-	// exists, it returns that run and created=false, and changes nothing.
-	RunCreate(ctx context.Context, p *RunCreateParams) (run *Run, created bool, err error)
+	// RunCreate creates a run and appends RunStarted; with an Owner, the new
+	// run is leased to it. If a run with the id exists, it returns that run
+	// (Token 0) and created=false, and changes nothing.
+	RunCreate(ctx context.Context, p *RunCreateParams) (lease RunLease, created bool, err error)
 	// RunGet returns a run, or ErrNotFound.
 	RunGet(ctx context.Context, id string) (*Run, error)
 	// RunList lists runs, newest first.
