@@ -168,9 +168,12 @@ type RunListParams struct {
 
 // RunClaimParams leases runs for workflow execution.
 type RunClaimParams struct {
-	Owner    string
-	Limit    int
-	LeaseTTL time.Duration
+	Owner string
+	// Workflows limits the claim to runs of these workflows, the ones the
+	// caller can execute; nil means any.
+	Workflows []string
+	Limit     int
+	LeaseTTL  time.Duration
 }
 
 // A RunLease is a claimed run: the caller may advance it with Token.
