@@ -195,16 +195,16 @@ type RunAdvanceParams struct {
 	RunID string
 	Token int64
 	// Steps become StepScheduled events and ready tasks.
-	Steps []NewStep
+	Steps []StepSpec
 	// Timers become TimerScheduled events and pending timers.
-	Timers []NewTimer
+	Timers []TimerSpec
 	// Finish, when set, ends the run (RunCompleted, RunFailed or
 	// RunCancelled) and drops its remaining tasks and timers.
 	Finish *RunFinish
 }
 
-// NewStep is a step the workflow scheduled.
-type NewStep struct {
+// StepSpec is a step the workflow scheduled.
+type StepSpec struct {
 	Position       int
 	Name           string
 	Input          json.RawMessage
@@ -216,8 +216,8 @@ type NewStep struct {
 	Timeout time.Duration
 }
 
-// NewTimer is a timer the workflow started.
-type NewTimer struct {
+// TimerSpec is a timer the workflow started.
+type TimerSpec struct {
 	Position int
 	Delay    time.Duration
 }
