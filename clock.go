@@ -1,0 +1,176 @@
+package reprise
+
+import (
+	"sort"
+	"sync"
+	"time"
+)
+
+// A Clock tells the engine the time and wakes it later. The engine takes one
+// so that tests can move time instead of sleeping; give the Store the same
+// clock's Now.
+type Clock interface {
+	Now() time.Time
+	// NewTimer returns a timer that sends on C() once d has passed.
+	NewTimer(d time.Duration) Timer
+	// AfterFunc calls f in its own goroutine once d has passed.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// A Timer is a Clock's pending wake-up.
+type Timer interface {
+	C() <-chan time.Time
+	// Reset makes the timer fire d from now; the timer must be stopped or
+	// have fired and been drained.
+	Reset(d time.Duration)
+	// Stop prevents the timer from firing; it reports whether it did.
+	Stop() bool
+}
+
+// SystemClock is the real clock.
+var SystemClock Clock = systemClock{}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) NewTimer(d time.Duration) Timer { return sysTimer{time.NewTimer(d)} }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer {
+	return sysTimer{time.AfterFunc(d, f)}
+}
+
+type sysTimer struct{ t *time.Timer }
+
+func (t sysTimer) C() <-chan time.Time   { return t.t.C }
+func (t sysTimer) Reset(d time.Duration) { t.t.Reset(d) }
+func (t sysTimer) Stop() bool            { return t.t.Stop() }
+
+// A FakeClock moves only when told to. Timers fire, in order of their times,
+// when Advance or Set passes them. It is safe for concurrent use.
+type FakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+// NewFakeClock returns a clock standing at start.
+func NewFakeClock(start time.Time) *FakeClock { return &FakeClock{now: start} }
+
+// Now returns the clock's time.
+func (c *FakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// NewTimer implements Clock.
+func (c *FakeClock) NewTimer(d time.Duration) Timer {
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1)}
+	t.Reset(d)
+	return t
+}
+
+// AfterFunc implements Clock.
+func (c *FakeClock) AfterFunc(d time.Duration, f func()) Timer {
+	t := &fakeTimer{c: c, f: f}
+	t.Reset(d)
+	return t
+}
+
+// Advance moves the clock forward by d, firing the timers it passes.
+func (c *FakeClock) Advance(d time.Duration) { c.Set(c.Now().Add(d)) }
+
+// Set moves the clock to t (never backwards), firing the timers it passes.
+func (c *FakeClock) Set(t time.Time) {
+	for {
+		c.mu.Lock()
+		if len(c.timers) == 0 || c.timers[0].when.After(t) {
+			if t.After(c.now) {
+				c.now = t
+			}
+			c.mu.Unlock()
+			return
+		}
+		ft := c.timers[0]
+		c.timers = c.timers[1:]
+		ft.active = false
+		if ft.when.After(c.now) {
+			c.now = ft.when
+		}
+		now := c.now
+		c.mu.Unlock()
+		ft.fire(now)
+	}
+}
+
+// Next returns the time of the earliest pending timer.
+func (c *FakeClock) Next() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.timers) == 0 {
+		return time.Time{}, false
+	}
+	return c.timers[0].when, true
+}
+
+type fakeTimer struct {
+	c      *FakeClock
+	ch     chan time.Time
+	f      func()
+	when   time.Time
+	active bool
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) fire(now time.Time) {
+	if t.f != nil {
+		go t.f()
+		return
+	}
+	select {
+	case t.ch <- now:
+	default:
+	}
+}
+
+func (t *fakeTimer) Reset(d time.Duration) {
+	c := t.c
+	c.mu.Lock()
+	t.remove()
+	t.when = c.now.Add(d)
+	if d <= 0 {
+		now := c.now
+		c.mu.Unlock()
+		t.fire(now)
+		return
+	}
+	t.active = true
+	i := sort.Search(len(c.timers), func(i int) bool { return c.timers[i].when.After(t.when) })
+	c.timers = append(c.timers, nil)
+	copy(c.timers[i+1:], c.timers[i:])
+	c.timers[i] = t
+	c.mu.Unlock()
+}
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	return t.remove()
+}
+
+// remove takes t off the clock's list; the clock's lock must be held.
+func (t *fakeTimer) remove() bool {
+	if !t.active {
+		return false
+	}
+	t.active = false
+	for i, x := range t.c.timers {
+		if x == t {
+			t.c.timers = append(t.c.timers[:i], t.c.timers[i+1:]...)
+			break
+		}
+	}
+	return true
+}

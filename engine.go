@@ -1,0 +1,546 @@
+package reprise
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"reprise/retry"
+)
+
+// Config configures an Engine. Its zero value, with a Store, works.
+type Config struct {
+	// Store holds all durable state. Required.
+	Store Store
+	// Clock tells time; give the Store the same clock's Now.
+	// Default: SystemClock.
+	Clock Clock
+	// Logger receives the engine's logs. Default: none.
+	Logger *slog.Logger
+	// WorkerID names this engine in leases and history.
+	// Default: hostname-pid-random.
+	WorkerID string
+	// DefaultPolicy is the policy of a step called without one whose name
+	// matches no entry of Policies. Default: retry.Default (3 attempts,
+	// exponential backoff from 1 s, doubling, capped at 1 min).
+	DefaultPolicy *retry.Policy
+	// Policies holds default policies by step name: an exact name, or a
+	// prefix pattern ending in ".*" ("llm.*" covers "llm.chat"). The longest
+	// match wins; a policy given where the step is defined or called wins
+	// over these. Default: none.
+	Policies map[string]retry.Policy
+	// MaxConcurrentSteps caps the attempts this engine runs at once.
+	// Default: 100.
+	MaxConcurrentSteps int
+	// LeaseTTL is how long an attempt's lease lasts between heartbeats; a
+	// worker that dies is noticed this long after. Default: 30 s.
+	LeaseTTL time.Duration
+	// RunLeaseTTL is how long this engine holds a run it executes between
+	// renewals; a crashed engine's runs are taken over this long after.
+	// Default: 30 s.
+	RunLeaseTTL time.Duration
+	// ShutdownGrace is how long running attempts may finish after Run's
+	// context ends before they are cancelled. Default: 10 s.
+	ShutdownGrace time.Duration
+	// PollInterval is how often the engine looks for work it was not told
+	// about (runs started by other processes). Default: 1 s.
+	PollInterval time.Duration
+}
+
+// An Engine runs workflows and their steps against a Store.
+type Engine struct {
+	cfg      Config
+	store    Store
+	clock    Clock
+	log      *slog.Logger
+	id       string
+	policy   *compiledPolicy
+	policies map[string]*compiledPolicy
+
+	mu        sync.Mutex
+	workflows map[string]*workflowEntry
+	steps     map[string]*stepEntry
+	runners   map[string]*runner
+	waiters   map[string][]chan struct{}
+	attempts  map[int64]*attempt
+	perStep   map[string]int
+	running   bool
+
+	// runCtx is the parent of runner contexts, storeCtx of store calls that
+	// must finish even while stopping; both are set by Run.
+	runCtx   context.Context
+	stopRuns context.CancelCauseFunc
+	storeCtx context.Context
+	// workCtx is the parent of attempt contexts, cancelled after the grace.
+	workCtx  context.Context
+	stopWork context.CancelCauseFunc
+
+	kickc     chan struct{}
+	runnersWG sync.WaitGroup
+	workWG    sync.WaitGroup
+	decoded   sync.Map // string(policy JSON) → *retry.Policy
+
+	// busy counts goroutines doing engine work now; act counts progress.
+	// Together they let a test clock tell when the engine is idle.
+	busy atomic.Int64
+	act  atomic.Int64
+}
+
+// New returns an engine; it does nothing until Run.
+func New(cfg Config) (*Engine, error) {
+	var errs []error
+	if cfg.Store == nil {
+		errs = append(errs, errors.New("config: Store is required"))
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = SystemClock
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.WorkerID == "" {
+		cfg.WorkerID = defaultWorkerID()
+	}
+	for name, d := range map[string]*time.Duration{
+		"LeaseTTL": &cfg.LeaseTTL, "RunLeaseTTL": &cfg.RunLeaseTTL,
+		"ShutdownGrace": &cfg.ShutdownGrace, "PollInterval": &cfg.PollInterval,
+	} {
+		if *d < 0 {
+			errs = append(errs, fmt.Errorf("config: %s %v is negative", name, *d))
+		}
+	}
+	cfg.LeaseTTL = cmp(cfg.LeaseTTL, 30*time.Second)
+	cfg.RunLeaseTTL = cmp(cfg.RunLeaseTTL, 30*time.Second)
+	cfg.ShutdownGrace = cmp(cfg.ShutdownGrace, 10*time.Second)
+	cfg.PollInterval = cmp(cfg.PollInterval, time.Second)
+	if cfg.MaxConcurrentSteps < 0 {
+		errs = append(errs, fmt.Errorf("config: MaxConcurrentSteps %d is negative", cfg.MaxConcurrentSteps))
+	}
+	if cfg.MaxConcurrentSteps == 0 {
+		cfg.MaxConcurrentSteps = 100
+	}
+	e := &Engine{
+		cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, id: cfg.WorkerID,
+		policies:  make(map[string]*compiledPolicy),
+		workflows: make(map[string]*workflowEntry),
+		steps:     make(map[string]*stepEntry),
+		runners:   make(map[string]*runner),
+		waiters:   make(map[string][]chan struct{}),
+		attempts:  make(map[int64]*attempt),
+		perStep:   make(map[string]int),
+		kickc:     make(chan struct{}, 1),
+	}
+	def := retry.Default
+	if cfg.DefaultPolicy != nil {
+		def = *cfg.DefaultPolicy
+	}
+	var err error
+	if e.policy, err = compilePolicy(def); err != nil {
+		errs = append(errs, fmt.Errorf("config: DefaultPolicy: %w", err))
+	}
+	for name, p := range cfg.Policies {
+		if e.policies[name], err = compilePolicy(p); err != nil {
+			errs = append(errs, fmt.Errorf("config: Policies[%q]: %w", name, err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+func cmp(d, def time.Duration) time.Duration {
+	if d == 0 {
+		return def
+	}
+	return d
+}
+
+func defaultWorkerID() string {
+	host, _ := os.Hostname()
+	var b [4]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// WorkerID returns the name this engine holds leases under.
+func (e *Engine) WorkerID() string { return e.id }
+
+// Store returns the engine's store.
+func (e *Engine) Store() Store { return e.store }
+
+// A Definition is a workflow or step to register.
+type Definition interface {
+	entry() (any, error)
+}
+
+// Register makes workflows and steps known to the engine by name. A name
+// registered again replaces the earlier definition for calls made after.
+func (e *Engine) Register(defs ...Definition) error {
+	var errs []error
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, d := range defs {
+		ent, err := d.entry()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		switch ent := ent.(type) {
+		case *workflowEntry:
+			if ent.name == "" {
+				errs = append(errs, errors.New("register: workflow name is empty"))
+				continue
+			}
+			e.workflows[ent.name] = ent
+		case *stepEntry:
+			if ent.name == "" {
+				errs = append(errs, errors.New("register: step name is empty"))
+				continue
+			}
+			e.steps[ent.name] = ent
+		}
+	}
+	e.kick()
+	return errors.Join(errs...)
+}
+
+// policyFor returns the default policy of a step called without one.
+func (e *Engine) policyFor(name string) *compiledPolicy {
+	e.mu.Lock()
+	s := e.steps[name]
+	e.mu.Unlock()
+	if s != nil && s.cfg.policy != nil {
+		return s.cfg.policy
+	}
+	if p, ok := e.policies[name]; ok {
+		return p
+	}
+	best, bestLen := e.policy, -1
+	for pat, p := range e.policies {
+		prefix, ok := strings.CutSuffix(pat, "*")
+		if ok && strings.HasPrefix(name, prefix) && len(prefix) > bestLen {
+			best, bestLen = p, len(prefix)
+		}
+	}
+	return best
+}
+
+// A RunOption configures a run at its start.
+type RunOption func(*runOptions)
+
+type runOptions struct{ id string }
+
+// WithRunID gives the run a caller-chosen id, which makes starting it
+// idempotent: a second start with the same id returns the first run.
+func WithRunID(id string) RunOption { return func(o *runOptions) { o.id = id } }
+
+// ValidateRunID reports whether id can name a run: 1 to 200 characters
+// from letters, digits and "-_.:@".
+func ValidateRunID(id string) error {
+	if id == "" || len(id) > 200 {
+		return fmt.Errorf("run id must have 1 to 200 characters, has %d", len(id))
+	}
+	for i, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("-_.:@", c)) {
+			return fmt.Errorf("run id has %q at offset %d (allowed: letters, digits, -_.:@)", c, i)
+		}
+	}
+	return nil
+}
+
+// StartRun starts a run of the named workflow with a JSON input. created is
+// false when a run with the chosen id already existed; that run is
+// returned and nothing new starts.
+func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMessage, opts ...RunOption) (run *Run, created bool, err error) {
+	var o runOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.id == "" {
+		o.id = newRunID()
+	} else if err := ValidateRunID(o.id); err != nil {
+		return nil, false, err
+	}
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	e.mu.Lock()
+	wf := e.workflows[workflow]
+	owner := ""
+	if e.running {
+		owner = e.id
+	}
+	e.mu.Unlock()
+	if wf == nil {
+		return nil, false, fmt.Errorf("start run: workflow %q is not registered", workflow)
+	}
+	lease, created, err := e.store.RunCreate(ctx, &RunCreateParams{
+		ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL,
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("start run: %w", err)
+	}
+	if created && owner != "" {
+		e.startRunner(lease, true)
+	}
+	return lease.Run, created, nil
+}
+
+func newRunID() string {
+	var b [10]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("r%x-%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))
+}
+
+// GetRun returns a run's current state.
+func (e *Engine) GetRun(ctx context.Context, id string) (*Run, error) {
+	return e.store.RunGet(ctx, id)
+}
+
+// History returns a run's history.
+func (e *Engine) History(ctx context.Context, id string) ([]Event, error) {
+	return e.store.HistoryList(ctx, &HistoryListParams{RunID: id})
+}
+
+// Cancel cancels a run: its timers and pending steps are dropped, running
+// attempts are cancelled with cause ErrCancelled and their results
+// rejected. Cancelling a finished run returns ErrRunFinished.
+func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
+	if _, err := e.store.RunCancel(ctx, &RunCancelParams{ID: id, Reason: reason}); err != nil {
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
+	e.mu.Lock()
+	r := e.runners[id]
+	for _, a := range e.attempts {
+		if a.task.RunID == id {
+			a.cancel(ErrCancelled)
+		}
+	}
+	e.mu.Unlock()
+	if r != nil {
+		r.stop(ErrCancelled)
+	}
+	e.notifyFinished(id)
+	return nil
+}
+
+// Wait waits until run id has finished and returns it.
+func (e *Engine) Wait(ctx context.Context, id string) (*Run, error) {
+	for {
+		ch := make(chan struct{})
+		e.mu.Lock()
+		e.waiters[id] = append(e.waiters[id], ch)
+		e.mu.Unlock()
+		run, err := e.store.RunGet(ctx, id)
+		if err == nil && run.Status.Final() {
+			e.dropWaiter(id, ch)
+			return run, nil
+		}
+		if err != nil {
+			e.dropWaiter(id, ch)
+			return nil, err
+		}
+		// Runs finished by another process are noticed by polling.
+		t := time.NewTimer(e.cfg.PollInterval)
+		select {
+		case <-ch:
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			e.dropWaiter(id, ch)
+			return nil, context.Cause(ctx)
+		}
+		t.Stop()
+		e.dropWaiter(id, ch)
+	}
+}
+
+func (e *Engine) dropWaiter(id string, ch chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	list := slices.DeleteFunc(e.waiters[id], func(c chan struct{}) bool { return c == ch })
+	if len(list) == 0 {
+		delete(e.waiters, id)
+	} else {
+		e.waiters[id] = list
+	}
+}
+
+func (e *Engine) notifyFinished(id string) {
+	e.mu.Lock()
+	list := e.waiters[id]
+	delete(e.waiters, id)
+	e.mu.Unlock()
+	for _, ch := range list {
+		close(ch)
+	}
+}
+
+// Run runs the engine until ctx ends: it executes workflows, claims and
+// runs steps, fires timers and reaps lapsed leases. On the way out it stops
+// claiming, lets running attempts finish for ShutdownGrace, then cancels
+// them with cause ErrShutdown; their leases lapse and they are retried by
+// the next engine.
+func (e *Engine) Run(ctx context.Context) error {
+	e.mu.Lock()
+	if e.running {
+		e.mu.Unlock()
+		return errors.New("engine is already running")
+	}
+	e.running = true
+	e.storeCtx = context.WithoutCancel(ctx)
+	e.runCtx, e.stopRuns = context.WithCancelCause(e.storeCtx)
+	e.workCtx, e.stopWork = context.WithCancelCause(e.storeCtx)
+	e.mu.Unlock()
+
+	var loops sync.WaitGroup
+	loops.Go(func() { e.dispatch(ctx) })
+	loops.Go(func() { e.claimRuns(ctx) })
+	<-ctx.Done()
+	loops.Wait()
+
+	e.mu.Lock()
+	e.running = false
+	e.mu.Unlock()
+	e.stopRuns(ErrShutdown)
+	e.runnersWG.Wait()
+
+	done := make(chan struct{})
+	go func() { e.workWG.Wait(); close(done) }()
+	grace := time.NewTimer(e.cfg.ShutdownGrace)
+	select {
+	case <-done:
+	case <-grace.C:
+		e.stopWork(ErrShutdown)
+		<-done
+	}
+	grace.Stop()
+	e.stopWork(ErrShutdown)
+	return nil
+}
+
+// claimRuns takes runs no live engine holds (after a restart, or started
+// by another process), and renews the leases of the runs this engine holds.
+func (e *Engine) claimRuns(ctx context.Context) {
+	renewEvery := e.cfg.RunLeaseTTL / 3
+	lastRenew := e.clock.Now()
+	t := e.clock.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		e.busy.Add(1)
+		if now := e.clock.Now(); now.Sub(lastRenew) >= renewEvery {
+			if err := e.store.RunRenew(ctx, &RunRenewParams{Owner: e.id, LeaseTTL: e.cfg.RunLeaseTTL}); err != nil && ctx.Err() == nil {
+				e.log.Warn("renew run leases", "err", err)
+			}
+			lastRenew = now
+		}
+		e.claimRunsOnce(ctx)
+		e.busy.Add(-1)
+		t.Reset(min(e.cfg.PollInterval, renewEvery))
+	}
+}
+
+func (e *Engine) claimRunsOnce(ctx context.Context) {
+	e.mu.Lock()
+	names := make([]string, 0, len(e.workflows))
+	for name := range e.workflows {
+		names = append(names, name)
+	}
+	e.mu.Unlock()
+	if len(names) == 0 {
+		return
+	}
+	for {
+		const batch = 100
+		leases, err := e.store.RunClaim(ctx, &RunClaimParams{
+			Owner: e.id, Workflows: names, Limit: batch, LeaseTTL: e.cfg.RunLeaseTTL,
+		})
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("claim runs", "err", err)
+			}
+			return
+		}
+		for _, l := range leases {
+			e.startRunner(l, false)
+		}
+		if len(leases) < batch {
+			return
+		}
+	}
+}
+
+// startRunner starts executing a run this engine has leased; fresh says it
+// was just created, so there is no history to load.
+func (e *Engine) startRunner(lease RunLease, fresh bool) {
+	e.mu.Lock()
+	wf := e.workflows[lease.Run.Workflow]
+	if wf == nil || !e.running || e.runners[lease.Run.ID] != nil {
+		e.mu.Unlock()
+		return
+	}
+	r := newRunner(e, lease, wf)
+	e.runners[r.id] = r
+	e.runnersWG.Add(1)
+	e.mu.Unlock()
+	e.act.Add(1)
+	go r.run(fresh)
+}
+
+// runnerDone forgets a runner whose goroutine ends.
+func (e *Engine) runnerDone(r *runner, finished bool) {
+	e.mu.Lock()
+	if e.runners[r.id] == r {
+		delete(e.runners, r.id)
+	}
+	e.mu.Unlock()
+	r.cancel(nil)
+	e.act.Add(1)
+	if finished {
+		e.notifyFinished(r.id)
+	}
+	e.runnersWG.Done()
+}
+
+// runnerFailed handles a runner that could not go on for a reason that may
+// pass (a store error): it is replayed from history a little later.
+func (e *Engine) runnerFailed(r *runner, err error) {
+	e.log.Warn("run interrupted; replaying it later", "run_id", r.id, "err", err)
+	lease := RunLease{Run: &Run{ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution}, Token: r.token}
+	e.runnerDone(r, false)
+	e.clock.AfterFunc(e.cfg.PollInterval, func() {
+		if run, err := e.store.RunGet(e.storeCtx, lease.Run.ID); err == nil && !run.Status.Final() {
+			lease.Run = run
+			e.startRunner(lease, false)
+		}
+	})
+}
+
+// deliver hands what a store call appended to the runner that waits for it.
+func (e *Engine) deliver(o *Outcome) {
+	if o == nil || o.Owner != e.id {
+		return
+	}
+	e.mu.Lock()
+	r := e.runners[o.RunID]
+	e.mu.Unlock()
+	if r != nil {
+		r.push(o.Events)
+	}
+}

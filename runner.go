@@ -1,0 +1,368 @@
+package reprise
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"reprise/retry"
+)
+
+// A runner executes one run's workflow code in its own goroutine. It is the
+// replayer: each step or timer call takes the next position, and a position
+// the history already holds returns its recorded outcome instead of
+// scheduling anything. New commands are buffered and written in one
+// RunAdvance when the workflow blocks, so a workflow that fans out three
+// steps costs one transaction.
+type runner struct {
+	e         *Engine
+	id        string
+	workflow  *workflowEntry
+	token     int64
+	execution int
+	input     json.RawMessage
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	cmds    map[int]*command
+	nextPos int
+	steps   []StepSpec
+	timers  []TimerSpec
+	// synced is the highest seq up to which every event has been applied;
+	// ahead holds applied seqs beyond a gap.
+	synced int64
+	ahead  map[int64]bool
+	now    time.Time
+
+	mu    sync.Mutex
+	inbox []Event
+	wake  chan struct{}
+}
+
+// command is a step or timer at a position, recorded or about to be.
+type command struct {
+	timer bool
+	name  string
+	fut   *future
+}
+
+func (c *command) String() string {
+	if c.timer {
+		return "a timer"
+	}
+	return "step " + c.name
+}
+
+// future is the untyped state behind Future.
+type future struct {
+	pos  int
+	done bool
+	// seq and at are those of the outcome's event.
+	seq int64
+	at  time.Time
+	out json.RawMessage
+	err error
+}
+
+// runExit unwinds a workflow goroutine without recording anything: the run
+// was cancelled, its lease lost, or the engine is stopping.
+type runExit struct{ cause error }
+
+func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
+	ctx, cancel := context.WithCancelCause(e.runCtx)
+	r := &runner{
+		e:         e,
+		id:        lease.Run.ID,
+		workflow:  wf,
+		token:     lease.Token,
+		execution: max(lease.Run.Execution, 1),
+		input:     lease.Run.Input,
+		cancel:    cancel,
+		cmds:      make(map[int]*command),
+		ahead:     make(map[int64]bool),
+		now:       lease.Run.CreatedAt,
+		wake:      make(chan struct{}, 1),
+	}
+	r.ctx = context.WithValue(ctx, runnerKey{}, r)
+	return r
+}
+
+// push hands events appended elsewhere (a step's outcome, a timer) to the
+// runner. It never blocks.
+func (r *runner) push(events []Event) {
+	r.mu.Lock()
+	r.inbox = append(r.inbox, events...)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop makes the workflow goroutine exit at its next wait.
+func (r *runner) stop(cause error) { r.cancel(cause) }
+
+// run executes the workflow to its end, or until it must stop.
+func (r *runner) run(fresh bool) {
+	e := r.e
+	e.busy.Add(1)
+	defer e.busy.Add(-1)
+	if fresh {
+		r.synced = 1 // RunStarted
+	} else {
+		events, err := e.store.HistoryList(e.storeCtx, &HistoryListParams{RunID: r.id})
+		if err != nil {
+			e.runnerFailed(r, fmt.Errorf("load history: %w", err))
+			return
+		}
+		r.apply(events)
+	}
+	finish, exit := r.execute()
+	if exit != nil {
+		if exit.cause != nil && !errors.Is(exit.cause, ErrCancelled) && !errors.Is(exit.cause, ErrShutdown) {
+			e.runnerFailed(r, exit.cause)
+			return
+		}
+		e.runnerDone(r, false)
+		return
+	}
+	_, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token, Finish: finish})
+	switch {
+	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrRunFinished):
+		e.runnerDone(r, false)
+	case err != nil:
+		e.runnerFailed(r, fmt.Errorf("finish run: %w", err))
+	default:
+		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
+		e.runnerDone(r, true)
+	}
+}
+
+// execute runs the workflow function and says how the run ends, or why the
+// goroutine must exit without ending it.
+func (r *runner) execute() (finish *RunFinish, exit *runExit) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		switch v := p.(type) {
+		case runExit:
+			finish, exit = nil, &v
+		case *NondeterminismError:
+			finish, exit = &RunFinish{Status: RunFailed, Error: &ErrorInfo{Type: TypeNondeterminism, Message: v.Error()}}, nil
+		default:
+			finish, exit = &RunFinish{Status: RunFailed, Error: &ErrorInfo{
+				Type: TypePanic, Message: fmt.Sprint(p), Stack: string(debug.Stack()),
+			}}, nil
+		}
+	}()
+	out, err := r.workflow.run(r.ctx, r.input)
+	if cause := context.Cause(r.ctx); cause != nil {
+		return nil, &runExit{cause}
+	}
+	if n := r.unconsumed(); n > 0 {
+		panic(&NondeterminismError{Position: n, Recorded: r.cmds[n].String()})
+	}
+	if err != nil {
+		return &RunFinish{Status: RunFailed, Error: errorInfo(err)}, nil
+	}
+	return &RunFinish{Status: RunCompleted, Output: out}, nil
+}
+
+// unconsumed returns the first recorded position beyond what the code
+// called, or 0.
+func (r *runner) unconsumed() int {
+	if _, ok := r.cmds[r.nextPos+1]; ok {
+		return r.nextPos + 1
+	}
+	return 0
+}
+
+// scheduleStep takes the next position for a step call.
+func (r *runner) scheduleStep(name string, input json.RawMessage, opts []StepOption) *future {
+	pos := r.take()
+	if c, ok := r.cmds[pos]; ok {
+		if c.timer || c.name != name {
+			panic(&NondeterminismError{Position: pos, Recorded: c.String(), Called: "step " + name})
+		}
+		return c.fut
+	}
+	cfg, err := newStepConfig(opts)
+	if err != nil {
+		return &future{pos: pos, done: true, err: fmt.Errorf("step %s: %w", name, err)}
+	}
+	pol := cfg.policy
+	if pol == nil {
+		pol = r.e.policyFor(name)
+	}
+	key := cfg.key
+	if key == "" {
+		key = defaultKey(r.id, r.execution, pos, name, input)
+	}
+	fut := &future{pos: pos}
+	r.cmds[pos] = &command{name: name, fut: fut}
+	r.steps = append(r.steps, StepSpec{
+		Position: pos, Name: name, Input: input, IdempotencyKey: key,
+		PolicyText: pol.text, Policy: pol.json, Timeout: pol.policy.Timeout,
+	})
+	return fut
+}
+
+// scheduleTimer takes the next position for a timer.
+func (r *runner) scheduleTimer(d time.Duration) *future {
+	pos := r.take()
+	if c, ok := r.cmds[pos]; ok {
+		if !c.timer {
+			panic(&NondeterminismError{Position: pos, Recorded: c.String(), Called: "a timer"})
+		}
+		return c.fut
+	}
+	fut := &future{pos: pos}
+	r.cmds[pos] = &command{timer: true, fut: fut}
+	r.timers = append(r.timers, TimerSpec{Position: pos, Delay: max(d, 0)})
+	return fut
+}
+
+func (r *runner) take() int {
+	if r.ctx.Err() != nil {
+		panic(runExit{context.Cause(r.ctx)})
+	}
+	r.nextPos++
+	return r.nextPos
+}
+
+// await blocks until one of fs has an outcome and returns its index. Among
+// several, the one recorded first wins; while some are still open, a
+// winner is only taken once every event before it is known, so that live
+// execution and replay agree.
+func (r *runner) await(fs ...*future) int {
+	for {
+		win, open := -1, false
+		for i, f := range fs {
+			switch {
+			case !f.done:
+				open = true
+			case win < 0 || f.seq < fs[win].seq:
+				win = i
+			}
+		}
+		if win >= 0 && (!open || fs[win].seq <= r.synced) {
+			if at := fs[win].at; at.After(r.now) {
+				r.now = at
+			}
+			return win
+		}
+		r.flush()
+		if win >= 0 {
+			r.sync()
+			continue
+		}
+		r.block()
+	}
+}
+
+// flush writes the buffered commands in one transaction.
+func (r *runner) flush() {
+	if len(r.steps) == 0 && len(r.timers) == 0 {
+		return
+	}
+	events, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
+		RunID: r.id, Token: r.token, Steps: r.steps, Timers: r.timers,
+	})
+	if err != nil {
+		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunFinished) {
+			panic(runExit{})
+		}
+		panic(runExit{fmt.Errorf("advance run: %w", err)})
+	}
+	r.steps, r.timers = r.steps[:0], r.timers[:0]
+	r.apply(events)
+	r.e.kick()
+}
+
+// sync reads the events the runner has not seen, closing every gap.
+func (r *runner) sync() {
+	events, err := r.e.store.HistoryList(r.e.storeCtx, &HistoryListParams{RunID: r.id, AfterSeq: r.synced})
+	if err != nil {
+		panic(runExit{fmt.Errorf("read history: %w", err)})
+	}
+	r.apply(events)
+	if n := len(events); n > 0 {
+		r.synced = max(r.synced, events[n-1].Seq)
+		clear(r.ahead)
+	}
+}
+
+// block waits for pushed events, or exits if the run must stop.
+func (r *runner) block() {
+	r.e.busy.Add(-1)
+	select {
+	case <-r.wake:
+	case <-r.ctx.Done():
+	}
+	r.e.busy.Add(1)
+	if r.ctx.Err() != nil {
+		panic(runExit{context.Cause(r.ctx)})
+	}
+	r.mu.Lock()
+	events := r.inbox
+	r.inbox = nil
+	r.mu.Unlock()
+	r.apply(events)
+}
+
+// apply takes events of the run into the replay state, once each.
+func (r *runner) apply(events []Event) {
+	for i := range events {
+		ev := &events[i]
+		if ev.Seq <= r.synced || r.ahead[ev.Seq] {
+			continue
+		}
+		if ev.Seq == r.synced+1 {
+			r.synced++
+			for r.ahead[r.synced+1] {
+				delete(r.ahead, r.synced+1)
+				r.synced++
+			}
+		} else {
+			r.ahead[ev.Seq] = true
+		}
+		if ev.Type == EventRunStarted {
+			r.now = ev.At
+		}
+		if ev.Execution != 0 && ev.Execution != r.execution {
+			continue
+		}
+		switch ev.Type {
+		case EventStepScheduled, EventTimerScheduled:
+			if _, ok := r.cmds[ev.Position]; !ok {
+				r.cmds[ev.Position] = &command{timer: ev.Type == EventTimerScheduled, name: ev.Step, fut: &future{pos: ev.Position}}
+			}
+		case EventStepCompleted:
+			r.resolve(ev, ev.Output, nil)
+		case EventStepFailed:
+			err := &StepError{Step: ev.Step, Position: ev.Position, Attempts: ev.Attempt, Reason: retry.Reason(ev.Reason)}
+			if ev.Error != nil {
+				err.Type, err.Message = ev.Error.Type, ev.Error.Message
+			}
+			r.resolve(ev, nil, err)
+		case EventTimerFired:
+			r.resolve(ev, nil, nil)
+		}
+	}
+}
+
+func (r *runner) resolve(ev *Event, out json.RawMessage, err error) {
+	c, ok := r.cmds[ev.Position]
+	if !ok || c.fut.done {
+		return
+	}
+	f := c.fut
+	f.done, f.seq, f.at, f.out, f.err = true, ev.Seq, ev.At, out, err
+}

@@ -1,0 +1,198 @@
+package reprise
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"reprise/retry"
+)
+
+// A StepDef is a registered step: a named Go function with an input and a
+// result that the engine calls once per attempt. Create it with NewStep and
+// register it with Engine.Register; call it from a workflow with Step or Go.
+type StepDef[I, O any] struct {
+	name string
+	fn   func(context.Context, I) (O, error)
+	opts []StepOption
+}
+
+// NewStep defines a step. Its options (a policy, a concurrency limit) hold
+// for every call unless a call overrides them.
+func NewStep[I, O any](name string, fn func(context.Context, I) (O, error), opts ...StepOption) *StepDef[I, O] {
+	return &StepDef[I, O]{name: name, fn: fn, opts: opts}
+}
+
+// Name returns the step's name.
+func (s *StepDef[I, O]) Name() string { return s.name }
+
+func (s *StepDef[I, O]) entry() (any, error) {
+	cfg, err := newStepConfig(s.opts)
+	if err != nil {
+		return nil, fmt.Errorf("step %s: %w", s.name, err)
+	}
+	fn := s.fn
+	return &stepEntry{name: s.name, cfg: cfg, run: func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+		var in I
+		if err := unmarshalInput(raw, &in); err != nil {
+			return nil, retry.Permanent(fmt.Errorf("decode input of step %s: %w", s.name, err))
+		}
+		out, err := fn(ctx, in)
+		if err != nil {
+			return nil, err
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return nil, retry.Permanent(fmt.Errorf("encode result of step %s: %w", s.name, err))
+		}
+		return b, nil
+	}}, nil
+}
+
+// NewRawStep defines a step on raw JSON, for steps whose shape the engine
+// does not know: HTTP steps, adapters for other languages.
+func NewRawStep(name string, fn func(context.Context, json.RawMessage) (json.RawMessage, error), opts ...StepOption) *StepDef[json.RawMessage, json.RawMessage] {
+	return NewStep(name, fn, opts...)
+}
+
+// stepEntry is a step as the engine runs it.
+type stepEntry struct {
+	name string
+	cfg  stepConfig
+	run  func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
+}
+
+// A StepOption configures a step where it is defined or where it is called;
+// the call's options win.
+type StepOption func(*stepConfig) error
+
+type stepConfig struct {
+	policy      *compiledPolicy
+	key         string
+	concurrency int
+}
+
+func newStepConfig(opts []StepOption) (stepConfig, error) {
+	var c stepConfig
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// WithPolicy sets the step's retry policy.
+func WithPolicy(p retry.Policy) StepOption {
+	return func(c *stepConfig) error {
+		cp, err := compilePolicy(p)
+		c.policy = cp
+		return err
+	}
+}
+
+// WithPolicyText sets the step's retry policy from its text form or one of
+// its JSON shapes (see retry.ParseAny).
+func WithPolicyText(s string) StepOption {
+	return func(c *stepConfig) error {
+		p, err := retry.ParseAny(s)
+		if err != nil {
+			return fmt.Errorf("policy: %w", err)
+		}
+		return WithPolicy(p)(c)
+	}
+}
+
+// WithIdempotencyKey replaces the step's default key, a hash of the run id,
+// the step's position, its name and its input.
+func WithIdempotencyKey(key string) StepOption {
+	return func(c *stepConfig) error {
+		if key == "" {
+			return fmt.Errorf("idempotency key is empty")
+		}
+		c.key = key
+		return nil
+	}
+}
+
+// WithConcurrency caps how many attempts of the step run at once in one
+// engine. It is read where the step is defined.
+func WithConcurrency(n int) StepOption {
+	return func(c *stepConfig) error {
+		if n < 0 {
+			return fmt.Errorf("concurrency %d is negative", n)
+		}
+		c.concurrency = n
+		return nil
+	}
+}
+
+// compiledPolicy is a policy with the forms the store keeps, computed once.
+type compiledPolicy struct {
+	policy retry.Policy
+	text   string
+	json   json.RawMessage
+}
+
+func compilePolicy(p retry.Policy) (*compiledPolicy, error) {
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	return &compiledPolicy{policy: p, text: p.String(), json: b}, nil
+}
+
+// StepInfo describes the attempt a step function is running.
+type StepInfo struct {
+	RunID          string
+	Step           string
+	Position       int
+	Attempt        int
+	IdempotencyKey string
+	// Deadline is when the attempt times out; zero for no timeout.
+	Deadline time.Time
+}
+
+type stepInfoKey struct{}
+
+// StepInfoFrom returns the attempt a step's context belongs to.
+func StepInfoFrom(ctx context.Context) (StepInfo, bool) {
+	info, ok := ctx.Value(stepInfoKey{}).(*StepInfo)
+	if !ok {
+		return StepInfo{}, false
+	}
+	return *info, true
+}
+
+// defaultKey is the idempotency key of a step: stable across attempts and
+// replays because every part of it is.
+func defaultKey(runID string, execution, position int, name string, input []byte) string {
+	h := sha256.New()
+	h.Write([]byte(runID))
+	h.Write([]byte{0})
+	if execution > 1 {
+		h.Write([]byte(strconv.Itoa(execution)))
+		h.Write([]byte{0})
+	}
+	h.Write([]byte(strconv.Itoa(position)))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	h.Write([]byte{0})
+	h.Write(input)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// unmarshalInput decodes raw into v; an absent input leaves v zero.
+func unmarshalInput(raw json.RawMessage, v any) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	return json.Unmarshal(raw, v)
+}

@@ -1,0 +1,393 @@
+package reprise
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"reprise/retry"
+)
+
+// attempt is a step attempt running in this engine.
+type attempt struct {
+	task   *Task
+	cancel context.CancelCauseFunc
+}
+
+// kick wakes the dispatcher: tasks or timers may be due.
+func (e *Engine) kick() {
+	select {
+	case e.kickc <- struct{}{}:
+	default:
+	}
+}
+
+// dispatch is the engine's one scheduling loop. It claims ready tasks of
+// the steps this engine runs while it has room, fires due timers and fails
+// attempts whose lease lapsed, then sleeps until the store's next due time
+// or a kick. No fixed polling interval: a backoff ends when its timer fires.
+func (e *Engine) dispatch(ctx context.Context) {
+	t := e.clock.NewTimer(time.Hour)
+	defer t.Stop()
+	var wake Wake
+	kicked := true
+	for {
+		e.busy.Add(1)
+		now := e.clock.Now()
+		if due(wake.Timer, now) {
+			e.fireTimers(ctx)
+		}
+		if due(wake.Lease, now) {
+			e.reap(ctx)
+		}
+		claimed := false
+		if kicked || due(wake.Task, now) {
+			claimed = e.claimTasks(ctx)
+		}
+		var err error
+		wake, err = e.store.NextWake(ctx, &NextWakeParams{Steps: e.localSteps()})
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("next wake", "err", err)
+			wake = Wake{Task: now.Add(e.cfg.PollInterval)}
+		}
+		next := earliest(wake.Timer, wake.Lease)
+		if e.hasRoom() {
+			next = earliest(next, wake.Task)
+		}
+		kicked = false
+		if claimed || (!next.IsZero() && !next.After(e.clock.Now())) {
+			e.busy.Add(-1)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		if next.IsZero() {
+			next = e.clock.Now().Add(e.cfg.PollInterval)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C():
+			default:
+			}
+		}
+		t.Reset(next.Sub(e.clock.Now()))
+		e.busy.Add(-1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kickc:
+			kicked = true
+		case <-t.C():
+		}
+	}
+}
+
+func due(at, now time.Time) bool { return !at.IsZero() && !at.After(now) }
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+func (e *Engine) localSteps() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.steps))
+	for name := range e.steps {
+		names = append(names, name)
+	}
+	return names
+}
+
+func (e *Engine) hasRoom() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.attempts) < e.cfg.MaxConcurrentSteps
+}
+
+// claimTasks claims as many ready tasks as there is room for and starts
+// their attempts. It reports whether it filled its quota, so that the
+// caller looks again at once.
+func (e *Engine) claimTasks(ctx context.Context) bool {
+	e.mu.Lock()
+	free := e.cfg.MaxConcurrentSteps - len(e.attempts)
+	var quotas []StepQuota
+	if free > 0 && len(e.steps) > 0 {
+		share := (free + len(e.steps) - 1) / len(e.steps)
+		for name, s := range e.steps {
+			q := min(share, free)
+			if c := s.cfg.concurrency; c > 0 {
+				q = min(q, c-e.perStep[name])
+			}
+			if q > 0 {
+				quotas = append(quotas, StepQuota{Name: name, Limit: q})
+			}
+		}
+	}
+	e.mu.Unlock()
+	if len(quotas) == 0 {
+		return false
+	}
+	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: e.id, Steps: quotas, LeaseTTL: e.cfg.LeaseTTL})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("claim tasks", "err", err)
+		}
+		return false
+	}
+	want := 0
+	for _, q := range quotas {
+		want += q.Limit
+	}
+	for _, t := range tasks {
+		e.startAttempt(t)
+	}
+	return len(tasks) > 0 && len(tasks) >= want
+}
+
+// startAttempt runs one claimed attempt in its own goroutine.
+func (e *Engine) startAttempt(t *Task) {
+	e.mu.Lock()
+	s := e.steps[t.Step]
+	actx, cancel := context.WithCancelCause(e.workCtx)
+	a := &attempt{task: t, cancel: cancel}
+	e.attempts[t.ID] = a
+	e.perStep[t.Step]++
+	e.workWG.Add(1)
+	e.mu.Unlock()
+	e.act.Add(1)
+	go func() {
+		defer e.workWG.Done()
+		defer e.endAttempt(a)
+		e.runAttempt(actx, a, s)
+	}()
+}
+
+func (e *Engine) endAttempt(a *attempt) {
+	a.cancel(nil)
+	e.mu.Lock()
+	delete(e.attempts, a.task.ID)
+	e.perStep[a.task.Step]--
+	e.mu.Unlock()
+	e.act.Add(1)
+	e.kick()
+}
+
+// runAttempt calls the step under its timeout, keeps its lease alive and
+// records the outcome.
+func (e *Engine) runAttempt(ctx context.Context, a *attempt, s *stepEntry) {
+	t := a.task
+	pol, err := e.decodePolicy(t.Policy)
+	if err != nil {
+		e.finishAttempt(t, nil, retry.Permanent(err), pol)
+		return
+	}
+	start := e.clock.Now()
+	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey}
+	if limit := attemptLimit(pol, t, start); limit > 0 {
+		info.Deadline = start.Add(limit)
+		timer := e.clock.AfterFunc(limit, func() { a.cancel(ErrTimeout) })
+		defer timer.Stop()
+	}
+	if t.LeaseUntil.Before(info.Deadline) || info.Deadline.IsZero() {
+		stop := e.heartbeat(a)
+		defer stop()
+	}
+	ctx = context.WithValue(ctx, stepInfoKey{}, info)
+
+	var out json.RawMessage
+	if s == nil {
+		err = retry.Permanent(fmt.Errorf("step %s is not registered in this engine", t.Step))
+	} else {
+		out, err = callStep(ctx, s, t.Input)
+	}
+	switch cause := context.Cause(ctx); {
+	case errors.Is(cause, ErrTimeout):
+		limit := info.Deadline.Sub(start)
+		err = retry.NewError(TypeTimeout, fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, limit))
+		out = nil
+	case errors.Is(cause, ErrShutdown), errors.Is(cause, ErrCancelled), errors.Is(cause, ErrLeaseLost):
+		// The lease lapses (shutdown) or is already gone: nothing to record.
+		e.log.Debug("attempt abandoned", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "cause", cause)
+		return
+	}
+	e.finishAttempt(t, out, err, pol)
+}
+
+// attemptLimit is how long an attempt may run: the policy's timeout, cut
+// to what is left of the step's deadline.
+func attemptLimit(pol *retry.Policy, t *Task, now time.Time) time.Duration {
+	limit := t.Timeout
+	if pol != nil && pol.Deadline > 0 {
+		first := t.FirstStartedAt
+		if first.IsZero() {
+			first = t.StartedAt
+		}
+		left := max(pol.Deadline-now.Sub(first), time.Millisecond)
+		if limit == 0 || left < limit {
+			limit = left
+		}
+	}
+	return limit
+}
+
+// callStep runs the step function, turning a panic into an attempt failure.
+func callStep(ctx context.Context, s *stepEntry, input json.RawMessage) (out json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &retry.Error{Type: TypePanic, Message: fmt.Sprintf("%v\n%s", p, debug.Stack()), Retryable: true}
+		}
+	}()
+	return s.run(ctx, input)
+}
+
+// heartbeat renews the attempt's lease until stopped; a lost lease cancels
+// the attempt with cause ErrLeaseLost.
+func (e *Engine) heartbeat(a *attempt) (stop func()) {
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		every := max(e.cfg.LeaseTTL/3, time.Millisecond)
+		t := e.clock.NewTimer(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C():
+			}
+			_, err := e.store.TaskHeartbeat(e.storeCtx, &TaskHeartbeatParams{TaskID: a.task.ID, Token: a.task.Token, LeaseTTL: e.cfg.LeaseTTL})
+			if errors.Is(err, ErrLeaseLost) {
+				a.cancel(ErrLeaseLost)
+				return
+			}
+			if err != nil {
+				e.log.Warn("heartbeat", "run_id", a.task.RunID, "step", a.task.Step, "err", err)
+			}
+			t.Reset(every)
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// finishAttempt records the attempt's outcome and tells the run.
+func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *retry.Policy) {
+	var o *Outcome
+	var serr error
+	if err == nil {
+		if len(out) == 0 {
+			out = json.RawMessage("null")
+		}
+		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out})
+	} else {
+		o, serr = e.store.TaskFail(e.storeCtx, e.failParams(t, err, pol, false))
+	}
+	switch {
+	case errors.Is(serr, ErrLeaseLost):
+		e.log.Debug("late result rejected", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt)
+	case serr != nil:
+		e.log.Warn("record attempt", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "err", serr)
+	default:
+		e.deliver(o)
+	}
+}
+
+// failParams applies the policy to a failed attempt.
+func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool) *TaskFailParams {
+	p := &TaskFailParams{TaskID: t.ID, Token: t.Token, Error: *errorInfo(err), Expired: expired}
+	if pol == nil {
+		p.Reason = string(retry.ReasonPermanent)
+		return p
+	}
+	first := t.FirstStartedAt
+	if first.IsZero() {
+		first = t.StartedAt
+	}
+	d := pol.Decide(&retry.Failure{
+		Attempt:    t.Attempt,
+		Types:      retry.TypeChain(err),
+		Permanent:  retry.IsPermanent(err),
+		RetryAfter: retry.RetryAfterOf(err),
+		Elapsed:    e.clock.Now().Sub(first),
+		Key:        t.IdempotencyKey,
+	})
+	p.Retry, p.Delay, p.Reason = d.Retry, d.Delay, string(d.Reason)
+	if d.Rule >= 0 {
+		p.Rule = (&retry.Policy{Rules: pol.Rules[d.Rule : d.Rule+1]}).String()
+	}
+	if d.Reason == retry.ReasonDeadline {
+		p.Error.Message = fmt.Sprintf("%s (next retry in %v would pass the %v deadline)", p.Error.Message, d.Delay, pol.Deadline)
+	}
+	return p
+}
+
+// decodePolicy reads a task's policy, caching by its encoding.
+func (e *Engine) decodePolicy(b json.RawMessage) (*retry.Policy, error) {
+	if p, ok := e.decoded.Load(string(b)); ok {
+		return p.(*retry.Policy), nil
+	}
+	p := new(retry.Policy)
+	if len(b) > 0 {
+		if err := json.Unmarshal(b, p); err != nil {
+			return nil, fmt.Errorf("decode policy: %w", err)
+		}
+	}
+	e.decoded.Store(string(b), p)
+	return p, nil
+}
+
+// fireTimers fires due timers and tells their runs.
+func (e *Engine) fireTimers(ctx context.Context) {
+	for {
+		const batch = 500
+		outs, err := e.store.TimerFire(ctx, &TimerFireParams{Limit: batch})
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("fire timers", "err", err)
+			}
+			return
+		}
+		for _, o := range outs {
+			e.deliver(o)
+		}
+		e.act.Add(int64(len(outs)))
+		if len(outs) < batch {
+			return
+		}
+	}
+}
+
+// reap fails attempts whose lease lapsed, as timeouts decided by their
+// policy: the worker is stuck, gone, or over its timeout.
+func (e *Engine) reap(ctx context.Context) {
+	tasks, err := e.store.TaskListExpired(ctx, &TaskListExpiredParams{Limit: 500})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("list expired leases", "err", err)
+		}
+		return
+	}
+	for _, t := range tasks {
+		pol, _ := e.decodePolicy(t.Policy)
+		msg := fmt.Sprintf("attempt %d lost its lease: its worker stopped heartbeating", t.Attempt)
+		if t.Timeout > 0 && !e.clock.Now().Before(t.StartedAt.Add(t.Timeout)) {
+			msg = fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, t.Timeout)
+		}
+		o, err := e.store.TaskFail(ctx, e.failParams(t, retry.NewError(TypeTimeout, msg), pol, true))
+		if err != nil {
+			if !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
+				e.log.Warn("fail expired attempt", "run_id", t.RunID, "err", err)
+			}
+			continue
+		}
+		e.act.Add(1)
+		e.deliver(o)
+	}
+}
