@@ -415,6 +415,10 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Unlock()
 	e.stopRuns(ErrShutdown)
 	e.runnersWG.Wait()
+	// Hand the runs over at once rather than when their leases lapse.
+	if err := e.store.RunRenew(e.storeCtx, &RunRenewParams{Owner: e.id}); err != nil {
+		e.log.Warn("release run leases", "err", err)
+	}
 
 	done := make(chan struct{})
 	go func() { e.workWG.Wait(); close(done) }()
@@ -543,4 +547,11 @@ func (e *Engine) deliver(o *Outcome) {
 	if r != nil {
 		r.push(o.Events)
 	}
+}
+
+// Idle reports whether no engine goroutine is doing work right now, and a
+// counter that grows with every step of progress. A test clock moves time
+// only when the engine stays idle with an unchanged counter; see reprisetest.
+func (e *Engine) Idle() (idle bool, progress int64) {
+	return e.busy.Load() == 0, e.act.Load()
 }

@@ -103,7 +103,8 @@ type Store interface {
 	// RunClaim leases active runs (pending or running) that no live owner
 	// holds, so that the caller executes their workflow code.
 	RunClaim(ctx context.Context, p *RunClaimParams) ([]RunLease, error)
-	// RunRenew extends the leases of all active runs the owner holds.
+	// RunRenew sets the leases of all active runs the owner holds to lapse
+	// LeaseTTL from now; a zero LeaseTTL releases them for others to claim.
 	RunRenew(ctx context.Context, p *RunRenewParams) error
 	// RunAdvance records what the workflow did since its last advance: the
 	// steps and timers it scheduled, and whether it finished. It checks the
