@@ -2,6 +2,7 @@ package reprise
 
 import (
 	"encoding/json"
+	"math"
 	"time"
 )
 
@@ -63,8 +64,8 @@ type Event struct {
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
 
 	// Delay is the wait before the retry (AttemptFailed) or the timer's
-	// duration (TimerScheduled).
-	Delay time.Duration `json:"delay,omitempty"`
+	// duration (TimerScheduled). JSON has it as delay_ms.
+	Delay time.Duration `json:"-"`
 	// RetryAt is when the next attempt becomes ready (AttemptFailed).
 	RetryAt time.Time `json:"retry_at,omitzero"`
 	// Rule is the policy rule that decided, in text form (AttemptFailed).
@@ -83,4 +84,36 @@ type ErrorInfo struct {
 	Message string `json:"message"`
 	// Stack is kept for panics.
 	Stack string `json:"stack,omitempty"`
+}
+
+// eventJSON is Event without its methods, for the encoding below.
+type eventJSON Event
+
+// MarshalJSON encodes an event in the wire form of the HTTP API, which is
+// also how stores keep it: the delay is delay_ms, in milliseconds with a
+// fraction, so that it round-trips to the nanosecond.
+func (e Event) MarshalJSON() ([]byte, error) {
+	var ms *float64
+	if e.Delay != 0 || !e.RetryAt.IsZero() || e.Type == EventTimerScheduled {
+		v := float64(e.Delay) / float64(time.Millisecond)
+		ms = &v
+	}
+	return json.Marshal(struct {
+		eventJSON
+		DelayMS *float64 `json:"delay_ms,omitempty"`
+	}{eventJSON(e), ms})
+}
+
+// UnmarshalJSON decodes what MarshalJSON encodes.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var v struct {
+		eventJSON
+		DelayMS float64 `json:"delay_ms"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*e = Event(v.eventJSON)
+	e.Delay = time.Duration(math.Round(v.DelayMS * float64(time.Millisecond)))
+	return nil
 }
