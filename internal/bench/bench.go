@@ -1,0 +1,234 @@
+// Package bench holds reprise's workloads for measuring the engine: step
+// throughput, retry lateness and the memory of parked runs. Both
+// `go test -bench` and `reprise bench` run them, so the figures in
+// docs/benchmarks.md come from one place.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"reprise"
+	"reprise/retry"
+)
+
+// noop is the step of every workload: it fails its first Fail attempts with
+// a retryable error, then succeeds.
+type stepInput struct {
+	Fail int `json:"fail"`
+}
+
+// failures counts the planned failures, so RunParked knows when all its
+// runs have failed once.
+var failures atomic.Int64
+
+var noop = reprise.NewStep("bench.noop", func(ctx context.Context, in stepInput) (int, error) {
+	info, _ := reprise.StepInfoFrom(ctx)
+	if info.Attempt <= in.Fail {
+		failures.Add(1)
+		return 0, errors.New("planned failure")
+	}
+	return info.Attempt, nil
+}, reprise.WithPolicy(retry.Attempts(retry.Unlimited, retry.None)))
+
+type runInput struct {
+	Fail int `json:"fail"`
+	// Policy, when set, is the step's policy in text form.
+	Policy string `json:"policy,omitempty"`
+}
+
+var oneStep = reprise.NewWorkflow("bench.one-step", func(ctx context.Context, in runInput) (int, error) {
+	var opts []reprise.StepOption
+	if in.Policy != "" {
+		opts = append(opts, reprise.WithPolicyText(in.Policy))
+	}
+	return reprise.Step(ctx, noop, stepInput{Fail: in.Fail}, opts...)
+})
+
+// Definitions are what an engine must register to run the workloads.
+func Definitions() []reprise.Definition { return []reprise.Definition{oneStep, noop} }
+
+// Throughput is the result of a throughput workload.
+type Throughput struct {
+	Runs     int
+	Attempts int
+	Elapsed  time.Duration
+	// Latency percentiles of whole runs, start to result.
+	P50, P99 time.Duration
+}
+
+// StepsPerSec is completed steps (one per run) per second.
+func (t Throughput) StepsPerSec() float64 { return float64(t.Runs) / t.Elapsed.Seconds() }
+
+// AttemptsPerSec counts every attempt, failed ones too.
+func (t Throughput) AttemptsPerSec() float64 { return float64(t.Attempts) / t.Elapsed.Seconds() }
+
+func (t Throughput) String() string {
+	return fmt.Sprintf("%d runs in %v: %.0f steps/s, %.0f attempts/s, run latency p50 %v p99 %v",
+		t.Runs, t.Elapsed.Round(time.Millisecond), t.StepsPerSec(), t.AttemptsPerSec(), t.P50, t.P99)
+}
+
+// RunThroughput runs n one-step runs through e, keeping concurrency of them
+// in flight; each step fails fail times (zero backoff) before it succeeds.
+func RunThroughput(ctx context.Context, e *reprise.Engine, n, concurrency, fail int) (Throughput, error) {
+	input, _ := json.Marshal(runInput{Fail: fail})
+	var next atomic.Int64
+	lat := make([]time.Duration, n)
+	errs := make(chan error, concurrency)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				t0 := time.Now()
+				run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+				if err == nil {
+					run, err = e.Wait(ctx, run.ID)
+				}
+				if err == nil && run.Status != reprise.RunCompleted {
+					err = fmt.Errorf("run %s is %s", run.ID, run.Status)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				lat[i] = time.Since(t0)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	close(errs)
+	if err := <-errs; err != nil {
+		return Throughput{}, err
+	}
+	slices.Sort(lat)
+	return Throughput{Runs: n, Attempts: n * (fail + 1), Elapsed: elapsed, P50: pct(lat, 50), P99: pct(lat, 99)}, nil
+}
+
+func pct(sorted []time.Duration, p int) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// Lateness is how late retries started against their planned time.
+type Lateness struct {
+	Retries       int
+	P50, P99, Max time.Duration
+}
+
+func (l Lateness) String() string {
+	return fmt.Sprintf("%d retries: lateness p50 %v p99 %v max %v", l.Retries, l.P50, l.P99, l.Max)
+}
+
+// RunLateness starts n runs whose step fails once and retries after a
+// backoff spread by full jitter over up to spread, waits for all, and
+// measures from the histories how late each retry started: the
+// AttemptStarted of attempt 2 against the retry_at of attempt 1.
+func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Duration) (Lateness, error) {
+	pol := fmt.Sprintf("[retry: 1, backoff: %s, backoff_kind: fixed, jitter: equal]", spread)
+	input, _ := json.Marshal(runInput{Fail: 1, Policy: pol})
+	ids := make([]string, n)
+	for i := range n {
+		run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+		if err != nil {
+			return Lateness{}, err
+		}
+		ids[i] = run.ID
+	}
+	var late []time.Duration
+	for _, id := range ids {
+		if _, err := e.Wait(ctx, id); err != nil {
+			return Lateness{}, err
+		}
+		events, err := e.History(ctx, id)
+		if err != nil {
+			return Lateness{}, err
+		}
+		var retryAt time.Time
+		for _, ev := range events {
+			switch {
+			case ev.Type == reprise.EventAttemptFailed:
+				retryAt = ev.RetryAt
+			case ev.Type == reprise.EventAttemptStarted && ev.Attempt == 2:
+				late = append(late, ev.At.Sub(retryAt))
+			}
+		}
+	}
+	slices.Sort(late)
+	return Lateness{Retries: len(late), P50: pct(late, 50), P99: pct(late, 99), Max: late[len(late)-1]}, nil
+}
+
+// Parked is the memory cost of runs waiting in backoff.
+type Parked struct {
+	Runs      int
+	HeapBytes uint64
+	RSSBytes  uint64
+}
+
+func (p Parked) String() string {
+	return fmt.Sprintf("%d runs parked in backoff: heap %.1f MB, resident %.1f MB",
+		p.Runs, float64(p.HeapBytes)/1e6, float64(p.RSSBytes)/1e6)
+}
+
+// RunParked starts n runs whose step fails and backs off for an hour, waits
+// until every one is parked, and measures the process's memory.
+func RunParked(ctx context.Context, e *reprise.Engine, n int) (Parked, error) {
+	input, _ := json.Marshal(runInput{Fail: 1, Policy: "[retry: 1, backoff: 1h]"})
+	base := failures.Load()
+	for range n {
+		if _, _, err := e.StartRun(ctx, oneStep.Name(), input); err != nil {
+			return Parked{}, err
+		}
+	}
+	// Parked means: every step has failed once, and no lease is held.
+	for {
+		w, err := e.Store().NextWake(ctx, &reprise.NextWakeParams{})
+		if err != nil {
+			return Parked{}, err
+		}
+		if failures.Load()-base >= int64(n) && w.Lease.IsZero() {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return Parked{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return Parked{Runs: n, HeapBytes: ms.HeapInuse, RSSBytes: rss()}, nil
+}
+
+// rss reads the process's resident set size on Linux, or 0.
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}
