@@ -155,9 +155,13 @@ func (b *Backoff) Delay(n int) time.Duration {
 			m = 2
 		}
 		f := float64(b.Base) * math.Pow(m, float64(n-1))
-		if f >= float64(maxDelay) || math.IsNaN(f) {
+		switch {
+		case b.Base <= 0:
+			// 0 × an overflowed power is NaN, not a delay.
+			d = 0
+		case f >= float64(maxDelay) || math.IsNaN(f):
 			d = maxDelay
-		} else {
+		default:
 			d = time.Duration(f)
 		}
 		d = b.cap(d)

@@ -72,7 +72,8 @@ func (p *Policy) Decide(f *Failure) Decision {
 	d := max(r.Backoff.Delay(f.Attempt), f.RetryAfter)
 	d = max(r.Backoff.jitter(d, f.Key, f.Attempt), f.RetryAfter)
 	d = min(d, maxDelay)
-	if p.Deadline > 0 && f.Elapsed+d > p.Deadline {
+	// Elapsed+d > Deadline, written so that it cannot overflow.
+	if p.Deadline > 0 && (f.Elapsed > p.Deadline || d > p.Deadline-max(f.Elapsed, 0)) {
 		return Decision{Rule: rule, Delay: d, Reason: ReasonDeadline}
 	}
 	return Decision{Retry: true, Delay: d, Rule: rule}

@@ -133,7 +133,9 @@ func TypeName(err error) (string, bool) {
 		t = t.Elem()
 	}
 	switch t.PkgPath() + "." + t.Name() {
-	case "fmt.wrapError", "fmt.wrapErrors", "errors.joinError":
+	case "fmt.wrapError", "fmt.wrapErrors", "errors.joinError", ".":
+		// The last is an unnamed type, such as struct{ error }: no name
+		// that a policy could write.
 		return "", false
 	}
 	return t.Name(), true
