@@ -398,8 +398,9 @@ func shapeOf(field string) string {
 // JSON object in reprise's shape (see MarshalJSON), a work_config (see
 // ParseWorkConfig) or a Temporal retry policy (see ParseTemporal). Input whose
 // first non-blank character is { is JSON, whose shape is told by its field
-// names; anything else, such as [retry: 3], is the text form. Empty input and
-// an empty JSON object are errors: a policy says something.
+// names; anything else, such as [retry: 3], is the text form. Empty input, an
+// empty JSON object and a JSON policy without rules or limits are errors: a
+// policy says something.
 func ParseAny(s string) (Policy, error) {
 	if !strings.HasPrefix(strings.TrimLeft(s, " \t\r\n"), "{") {
 		return Parse(s)
@@ -428,7 +429,11 @@ func ParseAny(s string) (Policy, error) {
 	case shapes[0] == "Temporal":
 		return ParseTemporal(data)
 	}
-	return unmarshalPolicy(data)
+	p, err := unmarshalPolicy(data)
+	if err == nil && p.String() == "" {
+		return Policy{}, errors.New("policy: no rules and no limits: a policy says something, such as {\"rules\": [{\"max_attempts\": 3}]}")
+	}
+	return p, err
 }
 
 const shapesWant = "want reprise's shape (rules, timeout, deadline, non_retryable), " +

@@ -317,6 +317,7 @@ func TestParseAnyErrors(t *testing.T) {
 		{"", "line 1, column 1: empty policy"},
 		{"[retry: 3, backof: 1s]", `line 1, column 12: unknown key "backof"`},
 		{"{}", "policy: empty JSON object: want reprise's shape"},
+		{`{"rules": [], "non_retryable": null}`, "policy: no rules and no limits"},
 		{`{"retries": 3}`, `policy: unknown field "retries": want reprise's shape (rules, timeout, deadline, non_retryable), a work_config`},
 		{`{"rules": [], "max_retries": 3}`, "policy: mixes the fields of different shapes, max_retries (work_config) and rules (reprise): want one shape"},
 		{`{"max_retries": 3, "maximum_attempts": 3}`, "max_retries (work_config) and maximum_attempts (Temporal)"},
