@@ -1,0 +1,167 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"reprise"
+)
+
+// HistoryList returns a run's events with Seq above p.AfterSeq, in order.
+func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT data FROM reprise_event WHERE run_id = $1 AND seq > $2 ORDER BY seq`,
+		p.RunID, p.AfterSeq)
+	if err != nil {
+		return nil, fmt.Errorf("list history: %w", err)
+	}
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.Event, error) {
+		var data []byte
+		if err := row.Scan(&data); err != nil {
+			return reprise.Event{}, err
+		}
+		var e reprise.Event
+		return e, json.Unmarshal(data, &e)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list history: %w", err)
+	}
+	if len(events) == 0 {
+		// No events after AfterSeq, or no run at all.
+		var one int
+		err := s.pool.QueryRow(ctx, "SELECT 1 FROM reprise_run WHERE id = $1", p.RunID).Scan(&one)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, fmt.Errorf("list history of run %q: %w", p.RunID, reprise.ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list history: %w", err)
+		}
+	}
+	return events, nil
+}
+
+// A runHead is what appending to a run's history needs to know, read under
+// the run's row lock.
+type runHead struct {
+	id        string
+	execution int
+	lastSeq   int64
+	updatedAt time.Time
+	owner     string
+}
+
+// An appender collects events of one or more runs for one multi-row insert,
+// and the runs' new last_seq and updated_at.
+type appender struct {
+	now    time.Time
+	events []reprise.Event
+
+	runID     []string
+	seq       []int64
+	typ       []string
+	execution []int32
+	at        []time.Time
+	data      []string
+
+	heads []*runHead
+}
+
+func newAppender(now time.Time) *appender {
+	return &appender{now: now}
+}
+
+// add appends e to h's history: it numbers the event, stamps it with the
+// store's time (never before the run's previous event, so a history reads
+// in time order even when transactions that started earlier commit later)
+// and fills in the execution.
+func (a *appender) add(h *runHead, e reprise.Event) error {
+	if len(a.heads) == 0 || a.heads[len(a.heads)-1] != h {
+		a.heads = append(a.heads, h)
+	}
+	h.lastSeq++
+	e.Seq = h.lastSeq
+	e.At = a.now
+	if e.At.Before(h.updatedAt) {
+		e.At = h.updatedAt.UTC()
+	}
+	h.updatedAt = e.At
+	if e.Execution == 0 {
+		e.Execution = h.execution
+	}
+	data, err := json.Marshal(e)
+	if err != nil {
+		return fmt.Errorf("encode %s event: %w", e.Type, err)
+	}
+	a.events = append(a.events, e)
+	a.runID = append(a.runID, h.id)
+	a.seq = append(a.seq, e.Seq)
+	a.typ = append(a.typ, string(e.Type))
+	a.execution = append(a.execution, int32(e.Execution))
+	a.at = append(a.at, e.At)
+	a.data = append(a.data, string(data))
+	return nil
+}
+
+// queue adds to b the statements that store the events and advance the
+// runs' heads.
+func (a *appender) queue(b *pgx.Batch) {
+	if len(a.events) == 0 {
+		return
+	}
+	a.queueEvents(b)
+	a.queueHeads(b)
+}
+
+// queueEvents adds to b the statement that stores the events, for a caller
+// that updates the run's row itself (see runHead.set).
+func (a *appender) queueEvents(b *pgx.Batch) {
+	if len(a.events) == 0 {
+		return
+	}
+	b.Queue(`
+		INSERT INTO reprise_event (run_id, seq, type, execution, at, data)
+		SELECT run_id, seq, type, execution, at, data::json
+		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::text[])
+			AS e(run_id, seq, type, execution, at, data)`,
+		a.runID, a.seq, a.typ, a.execution, a.at, a.data)
+}
+
+// queueHeads adds to b the statement that advances the runs' heads.
+func (a *appender) queueHeads(b *pgx.Batch) {
+	ids := make([]string, len(a.heads))
+	seqs := make([]int64, len(a.heads))
+	ats := make([]time.Time, len(a.heads))
+	for i, h := range a.heads {
+		ids[i], seqs[i], ats[i] = h.id, h.lastSeq, h.updatedAt
+	}
+	b.Queue(`
+		UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
+		FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS h(id, last_seq, updated_at)
+		WHERE r.id = h.id`,
+		ids, seqs, ats)
+}
+
+// eventsOf returns the events a added for h.
+func (a *appender) eventsOf(h *runHead) []reprise.Event {
+	var es []reprise.Event
+	for i, id := range a.runID {
+		if id == h.id {
+			es = append(es, a.events[i])
+		}
+	}
+	return es
+}
+
+// sendBatch sends b on tx and reads every result, so that the first failing
+// statement's error is returned.
+func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
+	if b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, b).Close()
+}

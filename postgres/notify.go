@@ -1,0 +1,154 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// NoticeKind says what a Notice is about.
+type NoticeKind string
+
+const (
+	// NoticeTaskReady: a task of Step becomes ready to claim at At (now,
+	// or a retry's time). Sent when a workflow schedules steps and when a
+	// failed attempt is retried.
+	NoticeTaskReady NoticeKind = "task_ready"
+	// NoticeOutcome: the history of run RunID got something its workflow
+	// waits for (a step's result or failure, a fired timer) or the run was
+	// cancelled. Owner is the engine holding the run's lease, empty when
+	// none does.
+	NoticeOutcome NoticeKind = "outcome"
+	// NoticeRunReady: run RunID of Workflow was created without an owner
+	// and waits to be claimed.
+	NoticeRunReady NoticeKind = "run_ready"
+	// NoticeResync: the listener (re)connected. Notices sent while it was
+	// away are lost, so whoever listens should look at everything now:
+	// claim runs and tasks, and ask NextWake.
+	NoticeResync NoticeKind = "resync"
+)
+
+// A Notice tells a listener that something in the store may want its
+// attention. Notices are hints that save polling, never a record: a store
+// sends each one in the transaction that makes it true, so a notice is
+// delivered only after its change is visible, but a notice can be lost
+// (then NoticeResync follows), and several identical notices of one
+// transaction arrive as one. An engine still claims on a timer.
+type Notice struct {
+	Kind     NoticeKind `json:"kind"`
+	RunID    string     `json:"run_id,omitempty"`
+	Owner    string     `json:"owner,omitempty"`
+	Workflow string     `json:"workflow,omitempty"`
+	Step     string     `json:"step,omitempty"`
+	At       time.Time  `json:"at,omitzero"`
+}
+
+// maxPayload keeps a notice below PostgreSQL's 8000-byte limit.
+const maxPayload = 7900
+
+// notify queues on b a NOTIFY of n on the store's channel. A notice whose
+// ids would not fit is sent with its kind alone, which a listener reads as
+// "something of this kind happened".
+func (s *Store) notify(b *pgx.Batch, n Notice) {
+	payload, err := json.Marshal(n)
+	if err != nil || len(payload) > maxPayload {
+		payload, _ = json.Marshal(Notice{Kind: n.Kind})
+	}
+	b.Queue(`SELECT pg_notify($1, $2)`, s.channel, string(payload))
+}
+
+// channelName is the NOTIFY channel of the store in schema: one per schema,
+// so that deployments sharing a database do not wake each other.
+func channelName(schema string) string {
+	name := "reprise_" + schema
+	if len(name) > 63 {
+		// Channel names are identifiers, at most 63 bytes.
+		name = "reprise_" + strconv.FormatUint(uint64(advisoryKey(schema)), 36)
+	}
+	return name
+}
+
+// Listen calls fn with each notice the stores on this schema send, from any
+// process, until ctx ends; then it returns nil. It holds one connection of
+// its own, outside the pool. When the connection is lost (a server restart,
+// a network failure) it reconnects with a growing delay, up to 5 s, and
+// calls fn with NoticeResync each time it is listening again, the first
+// time included. fn runs on Listen's goroutine, one notice at a time, and
+// should return quickly.
+func (s *Store) Listen(ctx context.Context, fn func(Notice)) error {
+	const (
+		minDelay = 100 * time.Millisecond
+		maxDelay = 5 * time.Second
+	)
+	delay := minDelay
+	for {
+		listened, err := s.listen(ctx, fn)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if listened {
+			delay = minDelay
+		}
+		s.log.Warn("postgres notice listener lost its connection; reconnecting",
+			"channel", s.channel, "err", err, "retry_in", delay)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		delay = min(2*delay, maxDelay)
+	}
+}
+
+// listen connects, listens and delivers notices until the connection fails
+// or ctx ends. listened reports whether it got as far as listening.
+func (s *Store) listen(ctx context.Context, fn func(Notice)) (listened bool, err error) {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	defer func() {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(closeCtx)
+	}()
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		return false, fmt.Errorf("listen: %w", err)
+	}
+	fn(Notice{Kind: NoticeResync})
+	// An idle connection is pinged now and then, so that one a network
+	// failure killed silently is noticed.
+	const idle = 30 * time.Second
+	for {
+		waitCtx, cancel := context.WithTimeout(ctx, idle)
+		n, err := conn.WaitForNotification(waitCtx)
+		idled := waitCtx.Err() != nil
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return true, ctx.Err()
+		case err != nil && idled && !conn.IsClosed():
+			pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = conn.Ping(pingCtx)
+			cancel()
+			if err != nil {
+				return true, fmt.Errorf("ping: %w", err)
+			}
+			continue
+		case err != nil:
+			return true, fmt.Errorf("wait for notification: %w", err)
+		}
+		var notice Notice
+		if err := json.Unmarshal([]byte(n.Payload), &notice); err != nil || notice.Kind == "" {
+			s.log.Debug("postgres notice unreadable", "payload", n.Payload, "err", err)
+			continue
+		}
+		fn(notice)
+	}
+}

@@ -1,0 +1,180 @@
+// Package postgres is reprise's Store on PostgreSQL, for several engine
+// processes that share one database and split the work between them.
+//
+// Claims take rows with FOR UPDATE SKIP LOCKED, so that no task or run is
+// leased to two claimers at once; all lease, ready and event times come from
+// the database's clock, so that engines whose clocks disagree still agree on
+// when a lease lapses; and LISTEN/NOTIFY tells other processes when work
+// becomes ready (see Store.Listen). docs/postgres.md describes the tables.
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reprise"
+)
+
+var _ reprise.Store = (*Store)(nil)
+
+// Options configures a Store. The zero value works.
+type Options struct {
+	// Schema is the PostgreSQL schema that holds reprise's tables; Open
+	// creates it if needed. Several reprise deployments can share a database
+	// in different schemas. Default: "public".
+	Schema string
+	// Now, when set, replaces the database clock: every lease, ready and
+	// event time is computed from it. Tests set it to a fake clock. Default:
+	// nil, the database's now(), so that processes with skewed clocks agree.
+	Now func() time.Time
+	// Logger receives the store's few log lines (migrations applied, the
+	// notice listener losing its connection). Default: nil, silent.
+	Logger *slog.Logger
+	// MaxConns caps the connection pool. Default: 0, pgxpool's default (the
+	// greater of 4 and the number of CPUs), or pool_max_conns in the DSN.
+	MaxConns int32
+	// NoMigrate stops Open from applying migrations; it still refuses a
+	// database whose schema is newer or older than this binary's. Default:
+	// false, Open migrates.
+	NoMigrate bool
+}
+
+// A Store is reprise's durable state in PostgreSQL. It is safe for
+// concurrent use, also by several processes on one database.
+type Store struct {
+	pool    *pgxpool.Pool
+	schema  string
+	channel string
+	now     func() time.Time
+	log     *slog.Logger
+}
+
+// Open connects to the database at dsn (a postgres:// URL or a key=value
+// string), migrates the schema unless opts.NoMigrate, and returns the store.
+// opts may be nil.
+func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
+	cfg, o, err := poolConfig(dsn, opts)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres: %w", err)
+	}
+	s := &Store{
+		pool:    pool,
+		schema:  o.Schema,
+		channel: channelName(o.Schema),
+		now:     o.Now,
+		log:     o.Logger,
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if o.NoMigrate {
+		err = checkVersion(ctx, pool, o.Schema)
+	} else {
+		err = migrate(ctx, pool, o.Schema, s.log)
+	}
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// poolConfig validates opts, fills their defaults and builds the pool's
+// configuration: every connection uses the store's schema and UTC.
+func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Schema == "" {
+		o.Schema = "public"
+	}
+	var errs []error
+	if len(o.Schema) > 63 {
+		errs = append(errs, fmt.Errorf("schema %q: longer than 63 bytes", o.Schema))
+	}
+	if o.MaxConns < 0 {
+		errs = append(errs, fmt.Errorf("max conns %d: negative", o.MaxConns))
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("parse dsn: %w", err))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, o, fmt.Errorf("open postgres: %w", err)
+	}
+	if o.MaxConns > 0 {
+		cfg.MaxConns = o.MaxConns
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{o.Schema}.Sanitize()
+	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	return cfg, o, nil
+}
+
+// Close closes the store's connections.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// clock returns the time to use instead of the database's now(), or nil to
+// use the database's: every query takes it as $1 and reads
+// coalesce($1::timestamptz, now()).
+func (s *Store) clock() any {
+	if s.now == nil {
+		return nil
+	}
+	return s.now().Truncate(time.Microsecond).UTC()
+}
+
+// tx runs fn in a transaction and commits it when fn returns nil.
+func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, fn)
+}
+
+// advisoryKey turns a name into a key for pg_advisory_xact_lock.
+func advisoryKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	return int64(h.Sum64())
+}
+
+// utc returns t in UTC, or the zero time for a NULL.
+func utc(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+// nullJSON returns b for a json column: NULL when empty.
+func nullJSON(b json.RawMessage) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return string(b)
+}
+
+// encodeError returns e for the error column: NULL when nil.
+func encodeError(e *reprise.ErrorInfo) (any, error) {
+	if e == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("encode error: %w", err)
+	}
+	return string(b), nil
+}

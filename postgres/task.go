@@ -1,0 +1,318 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"reprise"
+)
+
+// taskColumns are the columns scanTask reads, in order.
+const taskColumns = `id, run_id, execution, position, step, input, idempotency_key, policy, timeout,
+	attempt, token, lease_until, started_at, first_started_at`
+
+// scanTask reads taskColumns and then extra.
+func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
+	var (
+		t                           reprise.Task
+		input, policy               []byte
+		lease, started, firstStared *time.Time
+	)
+	dest := append([]any{&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey, &policy, &t.Timeout,
+		&t.Attempt, &t.Token, &lease, &started, &firstStared}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
+	}
+	t.Input, t.Policy = rawJSON(input), rawJSON(policy)
+	t.LeaseUntil, t.StartedAt, t.FirstStartedAt = utc(lease), utc(started), utc(firstStared)
+	return &t, nil
+}
+
+// TaskClaim leases up to each quota's limit of ready tasks of its step,
+// earliest ready first, and appends AttemptStarted for each.
+//
+// Tasks and their runs are locked with SKIP LOCKED, so a claim never waits:
+// a task whose run another transaction holds (say, one recording a sibling
+// step's result) is left for the next claim. Because a claim never waits it
+// cannot deadlock with the transactions that lock a run before its tasks.
+func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*reprise.Task, error) {
+	if p.Owner == "" {
+		return nil, errors.New("claim tasks: owner is required")
+	}
+	steps := make([]string, 0, len(p.Steps))
+	limits := make([]int32, 0, len(p.Steps))
+	for _, q := range p.Steps {
+		if q.Limit > 0 {
+			steps = append(steps, q.Name)
+			limits = append(limits, int32(q.Limit))
+		}
+	}
+	if len(steps) == 0 {
+		return nil, nil
+	}
+	var tasks []*reprise.Task
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `
+			WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
+			picked AS (
+				SELECT x.* FROM c, unnest($2::text[], $3::int[]) AS q(step, lim), LATERAL (
+					SELECT id AS picked_id, run_id AS picked_run, ready_at AS picked_ready
+					FROM reprise_task
+					WHERE step = q.step AND owner = '' AND ready_at <= c.now
+					ORDER BY ready_at, id
+					LIMIT q.lim
+					FOR UPDATE SKIP LOCKED) x),
+			runs AS (
+				SELECT id AS head_id, last_seq, updated_at FROM reprise_run
+				WHERE id IN (SELECT picked_run FROM picked)
+				ORDER BY id
+				FOR UPDATE SKIP LOCKED)
+			SELECT `+taskColumns+`, last_seq, updated_at, c.now
+			FROM picked
+				JOIN reprise_task ON id = picked_id
+				JOIN runs ON head_id = picked_run,
+				c
+			ORDER BY picked_ready, picked_id`,
+			s.clock(), steps, limits)
+		if err != nil {
+			return err
+		}
+		heads := map[string]*runHead{}
+		var now time.Time
+		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*reprise.Task, error) {
+			var h runHead
+			t, err := scanTask(row, &h.lastSeq, &h.updatedAt, &now)
+			if err != nil {
+				return nil, err
+			}
+			if heads[t.RunID] == nil {
+				h.id = t.RunID
+				heads[t.RunID] = &h
+			}
+			return t, nil
+		})
+		if err != nil || len(tasks) == 0 {
+			return err
+		}
+		now = now.UTC()
+		a := newAppender(now)
+		ids := make([]int64, len(tasks))
+		leases := make([]time.Time, len(tasks))
+		for i, t := range tasks {
+			t.Attempt++
+			t.Token++
+			t.StartedAt = now
+			if t.FirstStartedAt.IsZero() {
+				t.FirstStartedAt = now
+			}
+			ttl := p.LeaseTTL
+			if t.Timeout > 0 && t.Timeout < ttl {
+				ttl = t.Timeout
+			}
+			t.LeaseUntil = now.Add(ttl).Truncate(time.Microsecond)
+			ids[i], leases[i] = t.ID, t.LeaseUntil
+			err := a.add(heads[t.RunID], reprise.Event{
+				Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
+				Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
+			})
+			if err != nil {
+				return err
+			}
+		}
+		var b pgx.Batch
+		b.Queue(`
+			UPDATE reprise_task SET attempt = attempt + 1, token = token + 1, owner = $1,
+				started_at = $2, first_started_at = coalesce(first_started_at, $2), lease_until = l.lease_until
+			FROM unnest($3::bigint[], $4::timestamptz[]) AS l(task_id, lease_until)
+			WHERE id = l.task_id`,
+			p.Owner, now, ids, leases)
+		a.queue(&b)
+		return sendBatch(ctx, tx, &b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	return tasks, nil
+}
+
+// TaskHeartbeat extends a live lease to p.LeaseTTL from now, never past the
+// attempt's timeout.
+func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParams) (time.Time, error) {
+	var until time.Time
+	err := s.pool.QueryRow(ctx, `
+		WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now)
+		UPDATE reprise_task SET lease_until = CASE
+			WHEN timeout > '0' THEN least(c.now + $4::interval, started_at + timeout)
+			ELSE c.now + $4::interval END
+		FROM c
+		WHERE id = $2 AND token = $3 AND owner <> '' AND lease_until > c.now
+		RETURNING lease_until`,
+		s.clock(), p.TaskID, p.Token, p.LeaseTTL).Scan(&until)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = reprise.ErrLeaseLost
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("heartbeat task %d: %w", p.TaskID, err)
+	}
+	return until.UTC(), nil
+}
+
+// A leasedTask is a task locked for recording an attempt's end, with its
+// run's head.
+type leasedTask struct {
+	id        int64
+	execution int
+	position  int
+	step      string
+	attempt   int
+	token     int64
+	owner     string
+	lease     *time.Time
+	run       *runHead
+	now       time.Time
+}
+
+// lockTask locks a task's run and then the task, the order every writer
+// that holds both keeps, and checks the lease: token, held, and lapsed or
+// not as expired says. Anything else is ErrLeaseLost.
+func lockTask(ctx context.Context, tx pgx.Tx, clock any, id, token int64, expired bool) (*leasedTask, error) {
+	t := leasedTask{id: id, run: &runHead{}}
+	err := tx.QueryRow(ctx, `
+		WITH r AS (
+			SELECT id AS head_id, last_seq, updated_at, owner AS run_owner FROM reprise_run
+			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
+			FOR UPDATE)
+		SELECT run_id, execution, position, step, attempt, token, owner, lease_until,
+			last_seq, updated_at, run_owner, coalesce($1::timestamptz, now())
+		FROM r JOIN reprise_task ON run_id = head_id
+		WHERE id = $2
+		FOR UPDATE OF reprise_task`,
+		clock, id).Scan(&t.run.id, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease,
+		&t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, reprise.ErrLeaseLost
+	}
+	if err != nil {
+		return nil, err
+	}
+	t.now = t.now.UTC()
+	t.run.execution = t.execution
+	if t.token != token || t.owner == "" || t.lease == nil || t.lease.After(t.now) == expired {
+		return nil, reprise.ErrLeaseLost
+	}
+	return &t, nil
+}
+
+// TaskComplete records an attempt's result: appends StepCompleted and
+// removes the task.
+func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
+	var o *reprise.Outcome
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, false)
+		if err != nil {
+			return err
+		}
+		a := newAppender(t.now)
+		err = a.add(t.run, reprise.Event{
+			Type: reprise.EventStepCompleted, Execution: t.execution, Position: t.position, Step: t.step,
+			Attempt: t.attempt, Output: p.Output,
+		})
+		if err != nil {
+			return err
+		}
+		var b pgx.Batch
+		b.Queue(`DELETE FROM reprise_task WHERE id = $1`, t.id)
+		a.queue(&b)
+		s.notify(&b, Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
+		if err := sendBatch(ctx, tx, &b); err != nil {
+			return err
+		}
+		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("complete task %d: %w", p.TaskID, err)
+	}
+	return o, nil
+}
+
+// TaskFail records a failed attempt and the policy's decision: appends
+// AttemptFailed, then makes the task ready again after p.Delay, or appends
+// StepFailed and removes it.
+func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
+	var o *reprise.Outcome
+	err := s.tx(ctx, func(tx pgx.Tx) error {
+		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Expired)
+		if err != nil {
+			return err
+		}
+		a := newAppender(t.now)
+		errInfo := p.Error
+		failed := reprise.Event{
+			Type: reprise.EventAttemptFailed, Execution: t.execution, Position: t.position, Step: t.step,
+			Attempt: t.attempt, Error: &errInfo, Rule: p.Rule,
+		}
+		var b pgx.Batch
+		if p.Retry {
+			failed.Delay = p.Delay
+			failed.RetryAt = t.now.Add(p.Delay).Truncate(time.Microsecond)
+			if err := a.add(t.run, failed); err != nil {
+				return err
+			}
+			b.Queue(`UPDATE reprise_task SET owner = '', lease_until = NULL, ready_at = $2 WHERE id = $1`,
+				t.id, failed.RetryAt)
+			s.notify(&b, Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
+		} else {
+			failed.Reason = p.Reason
+			if err := a.add(t.run, failed); err != nil {
+				return err
+			}
+			err := a.add(t.run, reprise.Event{
+				Type: reprise.EventStepFailed, Execution: t.execution, Position: t.position, Step: t.step,
+				Attempt: t.attempt, Error: &errInfo, Reason: p.Reason,
+			})
+			if err != nil {
+				return err
+			}
+			b.Queue(`DELETE FROM reprise_task WHERE id = $1`, t.id)
+			s.notify(&b, Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
+		}
+		a.queue(&b)
+		if err := sendBatch(ctx, tx, &b); err != nil {
+			return err
+		}
+		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
+	}
+	return o, nil
+}
+
+// TaskListExpired returns up to p.Limit (zero: 100) leased tasks whose
+// lease has lapsed, earliest first.
+func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredParams) ([]*reprise.Task, error) {
+	limit := p.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT `+taskColumns+` FROM reprise_task
+		WHERE owner <> '' AND lease_until <= coalesce($1::timestamptz, now())
+		ORDER BY lease_until, id
+		LIMIT $2`,
+		s.clock(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list expired tasks: %w", err)
+	}
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*reprise.Task, error) { return scanTask(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list expired tasks: %w", err)
+	}
+	return tasks, nil
+}
