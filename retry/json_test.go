@@ -36,6 +36,48 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
+// A shapeCase is an input and the policy it reads as, in the text form, or a
+// part of the error it gives.
+type shapeCase struct{ in, want string }
+
+func parseWorkConfig(s string) (Policy, error) { return ParseWorkConfig([]byte(s)) }
+func parseTemporal(s string) (Policy, error)   { return ParseTemporal([]byte(s)) }
+
+// checkErrors checks that parse fails on each input with the error wanted.
+func checkErrors(t *testing.T, parse func(string) (Policy, error), tests []shapeCase) {
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			if p, err := parse(tt.in); err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("parse(%s) = %v, %v; want an error containing %q", tt.in, p, err, tt.want)
+			}
+		})
+	}
+}
+
+// checkShapes checks that parse reads each input as the policy wanted, and
+// that ParseAny agrees.
+func checkShapes(t *testing.T, parse func(string) (Policy, error), tests []shapeCase) {
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			p, err := parse(tt.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.String() != tt.want {
+				t.Errorf("read %s, want %s", p, tt.want)
+			}
+			if tt.in == "{}" {
+				return // ParseAny wants a policy that says something
+			}
+			if any, err := ParseAny(tt.in); err != nil || !reflect.DeepEqual(any, p) {
+				t.Errorf("ParseAny = %v, %v; want %v", any, err, p)
+			}
+		})
+	}
+}
+
 // The JSON shape is a wire format: pinned by golden files.
 func TestMarshalJSON(t *testing.T) {
 	t.Parallel()
@@ -152,10 +194,7 @@ func TestUnmarshalJSONErrors(t *testing.T) {
 
 func TestParseWorkConfig(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		json string
-		want string
-	}{
+	tests := []shapeCase{
 		{`{"max_retries": 0}`, "[retry: 0]"},
 		{`{"max_retries": 3}`, "[retry: 3]"},
 		{`{"max_retries": -1, "backoff": 500}`, "[retry: unlimited, backoff: 500ms]"},
@@ -168,29 +207,12 @@ func TestParseWorkConfig(t *testing.T) {
 		{`{"max_retries": 2, "backoff": 0}`, "[retry: 2, backoff_kind: none]"},
 		{`{"work_config": {"max_retries": 2, "backoff": 1500}}`, "[retry: 2, backoff: 1500ms]"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.json, func(t *testing.T) {
-			t.Parallel()
-			p, err := ParseWorkConfig([]byte(tt.json))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.String() != tt.want {
-				t.Errorf("read %s, want %s", p, tt.want)
-			}
-			if any, err := ParseAny(tt.json); err != nil || !reflect.DeepEqual(any, p) {
-				t.Errorf("ParseAny = %v, %v; want %v", any, err, p)
-			}
-		})
-	}
+	checkShapes(t, parseWorkConfig, tests)
 }
 
 func TestParseWorkConfigErrors(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		json string
-		want string
-	}{
+	tests := []shapeCase{
 		{`{}`, "work_config: max_retries is missing"},
 		{`{"backoff": 100}`, "work_config: max_retries is missing"},
 		{`{"max_retries": -2}`, "work_config.max_retries: -2 is out of range"},
@@ -204,23 +226,12 @@ func TestParseWorkConfigErrors(t *testing.T) {
 		{`{"work_config": 3}`, "work_config: found number, want an object"},
 		{`"x"`, "work_config: found string, want an object"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.json, func(t *testing.T) {
-			t.Parallel()
-			_, err := ParseWorkConfig([]byte(tt.json))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("ParseWorkConfig(%s) = %v, want an error containing %q", tt.json, err, tt.want)
-			}
-		})
-	}
+	checkErrors(t, parseWorkConfig, tests)
 }
 
 func TestParseTemporal(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		json string
-		want string
-	}{
+	tests := []shapeCase{
 		{`{}`, "[retry: unlimited, backoff: 1s, max_backoff: 100s]"},
 		{`{"maximum_attempts": 1}`, "[retry: 0]"},
 		{`{"maximum_attempts": 0}`, "[retry: unlimited, backoff: 1s, max_backoff: 100s]"},
@@ -235,32 +246,12 @@ func TestParseTemporal(t *testing.T) {
 		{`{"retry_policy": {"maximum_attempts": 2, "initial_interval": "1s", "maximum_interval": "1s"}}`, "[retry: 1, backoff: 1s, max_backoff: 1s]"},
 		{`{"initial_interval": "2000000h"}`, "[retry: unlimited, backoff: 2000000h, max_backoff: 4611686018427387903ns]"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.json, func(t *testing.T) {
-			t.Parallel()
-			p, err := ParseTemporal([]byte(tt.json))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.String() != tt.want {
-				t.Errorf("read %s, want %s", p, tt.want)
-			}
-			if tt.json == "{}" {
-				return
-			}
-			if any, err := ParseAny(tt.json); err != nil || !reflect.DeepEqual(any, p) {
-				t.Errorf("ParseAny = %v, %v; want %v", any, err, p)
-			}
-		})
-	}
+	checkShapes(t, parseTemporal, tests)
 }
 
 func TestParseTemporalErrors(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		json string
-		want string
-	}{
+	tests := []shapeCase{
 		{`{"maximum_attempts": -1}`, "maximum_attempts: negative number -1 (want at least 1, or 0 for unlimited)"},
 		{`{"backoff_coefficient": 0.5}`, "backoff_coefficient: 0.5 is out of range"},
 		{`{"initial_interval": 1}`, "retry policy.initial_interval: found number, want a string"},
@@ -269,15 +260,7 @@ func TestParseTemporalErrors(t *testing.T) {
 		{`{"maximum_attempts": 3, "non_retryable_error_types": ["bad type"]}`, `non_retryable[0]: "bad type" is not an error type name`},
 		{`{"maximum_attempts": 3, "start_to_close_timeout": "5s"}`, `retry policy: unknown field "start_to_close_timeout"`},
 	}
-	for _, tt := range tests {
-		t.Run(tt.json, func(t *testing.T) {
-			t.Parallel()
-			_, err := ParseTemporal([]byte(tt.json))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("ParseTemporal(%s) = %v, want an error containing %q", tt.json, err, tt.want)
-			}
-		})
-	}
+	checkErrors(t, parseTemporal, tests)
 }
 
 func TestParseAny(t *testing.T) {
@@ -310,10 +293,7 @@ func TestParseAny(t *testing.T) {
 
 func TestParseAnyErrors(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		in   string
-		want string
-	}{
+	tests := []shapeCase{
 		{"", "line 1, column 1: empty policy"},
 		{"[retry: 3, backof: 1s]", `line 1, column 12: unknown key "backof"`},
 		{"{}", "policy: empty JSON object: want reprise's shape"},
@@ -328,13 +308,5 @@ func TestParseAnyErrors(t *testing.T) {
 		{`{"rules": `, "policy: unexpected EOF"},
 		{`{"maximum_attempts": -3}`, "maximum_attempts: negative number -3"},
 	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			t.Parallel()
-			_, err := ParseAny(tt.in)
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("ParseAny(%q) = %v, want an error containing %q", tt.in, err, tt.want)
-			}
-		})
-	}
+	checkErrors(t, ParseAny, tests)
 }

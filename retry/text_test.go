@@ -77,17 +77,24 @@ func TestParseSpecExamples(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.canon, func(t *testing.T) {
 			t.Parallel()
-			got := mustParse(t, tt.text)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Parse(%q)\n got %#v\nwant %#v", tt.text, got, tt.want)
-			}
-			if s := got.String(); s != tt.canon {
-				t.Errorf("String() = %q, want %q", s, tt.canon)
-			}
-			if again := mustParse(t, got.String()); !reflect.DeepEqual(again, got) {
-				t.Errorf("Parse(String()) = %#v, want %#v", again, got)
-			}
+			checkParse(t, tt.text, tt.want, tt.canon)
 		})
+	}
+}
+
+// checkParse checks that text parses as want, prints as canon, and reads
+// back from canon as want.
+func checkParse(t *testing.T, text string, want Policy, canon string) {
+	t.Helper()
+	got := mustParse(t, text)
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Parse(%q)\n got %#v\nwant %#v", text, got, want)
+	}
+	if s := got.String(); s != canon {
+		t.Errorf("String() = %q, want %q", s, canon)
+	}
+	if again := mustParse(t, got.String()); !reflect.DeepEqual(again, got) {
+		t.Errorf("Parse(String()) = %#v, want %#v", again, got)
 	}
 }
 
@@ -152,16 +159,7 @@ func TestParse(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.text, func(t *testing.T) {
 			t.Parallel()
-			got := mustParse(t, tt.text)
-			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("Parse(%q)\n got %#v\nwant %#v", tt.text, got, tt.want)
-			}
-			if s := got.String(); s != tt.canon {
-				t.Errorf("String() = %q, want %q", s, tt.canon)
-			}
-			if again := mustParse(t, got.String()); !reflect.DeepEqual(again, got) {
-				t.Errorf("Parse(String()) = %#v, want %#v", again, got)
-			}
+			checkParse(t, tt.text, tt.want, tt.canon)
 		})
 	}
 }

@@ -55,15 +55,20 @@ func policyCheck(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *asJSON {
-		data, err := json.MarshalIndent(p, "", "  ")
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-			return exitFail
-		}
-		fmt.Fprintf(stdout, "%s\n", data)
-		return exitOK
+		return writeJSON(fs, stdout, stderr, p)
 	}
 	fmt.Fprintln(stdout, p)
+	return exitOK
+}
+
+// writeJSON prints v as indented JSON and returns the exit code.
+func writeJSON(fs *flag.FlagSet, stdout, stderr io.Writer, v any) int {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "%s\n", data)
 	return exitOK
 }
 
@@ -162,13 +167,7 @@ func policyExplain(args []string, stdout, stderr io.Writer) int {
 	}
 	ex := explain(&p, types, *key, *limit)
 	if *asJSON {
-		data, err := json.MarshalIndent(ex, "", "  ")
-		if err != nil {
-			fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-			return exitFail
-		}
-		fmt.Fprintf(stdout, "%s\n", data)
-		return exitOK
+		return writeJSON(fs, stdout, stderr, ex)
 	}
 	writeExplanation(stdout, &p, ex)
 	return exitOK
