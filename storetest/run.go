@@ -1,0 +1,778 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"reprise"
+)
+
+func testRunCreate(t *testing.T, open Open) {
+	t.Run("CreatesPendingRunAndAppendsRunStarted", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease, created, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+			ID: "run-1", Workflow: "order", Input: json.RawMessage(`{"n":1}`),
+		})
+		if err != nil || !created {
+			t.Fatalf("RunCreate: created=%v err=%v", created, err)
+		}
+		if lease.Token != 0 {
+			t.Fatalf("Token = %d without an owner, want 0", lease.Token)
+		}
+		want := reprise.Run{
+			ID: "run-1", Workflow: "order", Status: reprise.RunPending,
+			Input: json.RawMessage(`{"n":1}`), Execution: 1, CreatedAt: start, UpdatedAt: start,
+		}
+		if got := normRun(lease.Run); !equalRun(got, want) {
+			t.Fatalf("returned run = %+v, want %+v", got, want)
+		}
+		if got := normRun(f.get("run-1")); !equalRun(got, want) {
+			t.Fatalf("RunGet = %+v, want %+v", got, want)
+		}
+		requireEvents(t, f.history("run-1"), []reprise.Event{{
+			Seq: 1, Type: reprise.EventRunStarted, At: start, Execution: 1,
+			Workflow: "order", Input: json.RawMessage(`{"n":1}`),
+		}})
+	})
+
+	t.Run("WithOwnerLeasesRun", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		if lease.Token == 0 {
+			t.Fatal("Token = 0 for a run created with an owner")
+		}
+		f.clock.Advance(minute - time.Millisecond)
+		if got := f.runClaim(engine2, 10); len(got) != 0 {
+			t.Fatalf("RunClaim took a leased run: %d", len(got))
+		}
+		// The creator's token is good.
+		f.advance(lease, reprise.RunAdvanceParams{})
+	})
+
+	t.Run("ExistingIDReturnsExistingRunAndChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		first := f.create("run-1")
+		f.clock.Advance(time.Second)
+		lease, created, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+			ID: "run-1", Workflow: "other", Input: json.RawMessage(`{"n":2}`),
+			Owner: engine2, LeaseTTL: minute,
+		})
+		if err != nil {
+			t.Fatalf("RunCreate again: %v", err)
+		}
+		if created {
+			t.Fatal("created = true for an existing id")
+		}
+		if lease.Token != 0 {
+			t.Fatalf("Token = %d for an existing run, want 0", lease.Token)
+		}
+		if got, want := normRun(lease.Run), normRun(first.Run); !equalRun(got, want) {
+			t.Fatalf("returned run = %+v, want the existing %+v", got, want)
+		}
+		if n := len(f.history("run-1")); n != 1 {
+			t.Fatalf("history has %d events, want 1", n)
+		}
+		// The first owner keeps its lease.
+		f.advance(first, reprise.RunAdvanceParams{})
+	})
+}
+
+func testRunGet(t *testing.T, open Open) {
+	t.Run("NotFound", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+		_, err := f.store.RunGet(t.Context(), "missing")
+		requireErr(t, err, reprise.ErrNotFound)
+	})
+
+	t.Run("UpdatedAtIsLastEventTime", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		f.clock.Advance(3 * time.Second)
+		f.claimOne("charge")
+		run := f.get("run-1")
+		requireTime(t, "CreatedAt", run.CreatedAt, start)
+		requireTime(t, "UpdatedAt", run.UpdatedAt, start.Add(3*time.Second))
+		if run.Status != reprise.RunRunning {
+			t.Fatalf("Status = %s, want running", run.Status)
+		}
+	})
+}
+
+func testRunList(t *testing.T, open Open) {
+	// createAt creates runs with the ids, one millisecond apart unless
+	// together.
+	create := func(f *fixture, workflow string, ids ...string) {
+		for _, id := range ids {
+			_, _, err := f.store.RunCreate(f.t.Context(), &reprise.RunCreateParams{
+				ID: id, Workflow: workflow, Input: json.RawMessage(`{}`),
+			})
+			if err != nil {
+				f.t.Fatalf("RunCreate(%s): %v", id, err)
+			}
+		}
+	}
+	list := func(f *fixture, p reprise.RunListParams) []string {
+		f.t.Helper()
+		runs, err := f.store.RunList(f.t.Context(), &p)
+		if err != nil {
+			f.t.Fatalf("RunList: %v", err)
+		}
+		ids := make([]string, len(runs))
+		for i, r := range runs {
+			ids[i] = r.ID
+		}
+		return ids
+	}
+	requireIDs := func(t *testing.T, got []string, want ...string) {
+		t.Helper()
+		if !slices.Equal(got, want) {
+			t.Fatalf("ids = %v, want %v", got, want)
+		}
+	}
+
+	t.Run("NewestFirstThenIDDescending", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		create(f, "order", "a")
+		f.clock.Advance(time.Millisecond)
+		create(f, "order", "c", "b") // same created time: id descending
+		f.clock.Advance(time.Millisecond)
+		create(f, "order", "0")
+		requireIDs(t, list(f, reprise.RunListParams{}), "0", "c", "b", "a")
+	})
+
+	t.Run("ReturnsRunFields", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		f.clock.Advance(time.Second)
+		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
+			Status: reprise.RunCompleted, Output: json.RawMessage(`{"ok":true}`),
+		}})
+		runs, err := f.store.RunList(t.Context(), &reprise.RunListParams{})
+		if err != nil {
+			t.Fatalf("RunList: %v", err)
+		}
+		if len(runs) != 1 || !equalRun(normRun(runs[0]), normRun(f.get("run-1"))) {
+			t.Fatalf("RunList = %+v, want the run as RunGet returns it", runs)
+		}
+	})
+
+	t.Run("FiltersStatusAndWorkflow", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		create(f, "order", "o1")
+		f.clock.Advance(time.Millisecond)
+		create(f, "refund", "r1")
+		f.clock.Advance(time.Millisecond)
+		lease := f.create("o2")
+		f.advance(lease, reprise.RunAdvanceParams{})
+		f.clock.Advance(time.Millisecond)
+		lease = f.create("o3")
+		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+
+		requireIDs(t, list(f, reprise.RunListParams{Workflow: "order"}), "o3", "o2", "o1")
+		requireIDs(t, list(f, reprise.RunListParams{Workflow: "refund"}), "r1")
+		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunPending}), "r1", "o1")
+		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunRunning}), "o2")
+		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunCompleted}), "o3")
+		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunPending, Workflow: "order"}), "o1")
+		requireIDs(t, list(f, reprise.RunListParams{Workflow: "none"}))
+	})
+
+	t.Run("PagesWithBefore", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		create(f, "order", "a", "b")
+		f.clock.Advance(time.Millisecond)
+		create(f, "refund", "c", "d")
+		f.clock.Advance(time.Millisecond)
+		create(f, "order", "e")
+
+		requireIDs(t, list(f, reprise.RunListParams{Limit: 2}), "e", "d")
+		requireIDs(t, list(f, reprise.RunListParams{Limit: 2, Before: "d"}), "c", "b")
+		requireIDs(t, list(f, reprise.RunListParams{Limit: 2, Before: "b"}), "a")
+		requireIDs(t, list(f, reprise.RunListParams{Limit: 2, Before: "a"}))
+		requireIDs(t, list(f, reprise.RunListParams{Workflow: "order", Before: "e"}), "b", "a")
+	})
+
+	t.Run("LimitDefaultsTo100", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		ids := make([]string, 105)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("run-%03d", i)
+		}
+		create(f, "order", ids...)
+		if got := list(f, reprise.RunListParams{}); len(got) != 100 {
+			t.Fatalf("RunList without a limit returned %d runs, want 100", len(got))
+		}
+	})
+}
+
+func (f *fixture) runClaim(owner string, limit int, workflows ...string) []reprise.RunLease {
+	f.t.Helper()
+	leases, err := f.store.RunClaim(f.t.Context(), &reprise.RunClaimParams{
+		Owner: owner, Workflows: workflows, Limit: limit, LeaseTTL: minute,
+	})
+	if err != nil {
+		f.t.Fatalf("RunClaim: %v", err)
+	}
+	return leases
+}
+
+func leaseIDs(leases []reprise.RunLease) []string {
+	ids := make([]string, len(leases))
+	for i, l := range leases {
+		ids[i] = l.Run.ID
+	}
+	return ids
+}
+
+func testRunClaim(t *testing.T, open Open) {
+	createUnowned := func(f *fixture, workflow, id string) {
+		f.t.Helper()
+		_, _, err := f.store.RunCreate(f.t.Context(), &reprise.RunCreateParams{
+			ID: id, Workflow: workflow, Input: json.RawMessage(`{}`),
+		})
+		if err != nil {
+			f.t.Fatalf("RunCreate(%s): %v", id, err)
+		}
+	}
+
+	t.Run("ClaimsUnownedRunsOldestFirst", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		for _, id := range []string{"c", "a", "b"} {
+			createUnowned(f, "order", id)
+			f.clock.Advance(time.Millisecond)
+		}
+		got := f.runClaim(engine, 2)
+		if ids := leaseIDs(got); !slices.Equal(ids, []string{"c", "a"}) {
+			t.Fatalf("claimed %v, want [c a]", ids)
+		}
+		for _, l := range got {
+			if l.Token == 0 {
+				t.Fatalf("run %s claimed with token 0", l.Run.ID)
+			}
+			if l.Run.Workflow != "order" || l.Run.Status != reprise.RunPending || l.Run.Execution != 1 {
+				t.Fatalf("claimed run = %+v", l.Run)
+			}
+		}
+		if ids := leaseIDs(f.runClaim(engine2, 10)); !slices.Equal(ids, []string{"b"}) {
+			t.Fatalf("second claim got %v, want [b]", ids)
+		}
+		if ids := leaseIDs(f.runClaim(engine2, 10)); len(ids) != 0 {
+			t.Fatalf("third claim got %v, want none", ids)
+		}
+		// The claimed token advances the run.
+		f.advance(got[0], reprise.RunAdvanceParams{})
+	})
+
+	t.Run("FiltersWorkflows", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		createUnowned(f, "order", "o1")
+		createUnowned(f, "refund", "r1")
+		createUnowned(f, "audit", "a1")
+		if ids := leaseIDs(f.runClaim(engine, 10, "refund", "audit")); !slices.Equal(sorted(ids), []string{"a1", "r1"}) {
+			t.Fatalf("claimed %v, want [a1 r1]", ids)
+		}
+		if ids := leaseIDs(f.runClaim(engine, 10, "refund")); len(ids) != 0 {
+			t.Fatalf("claimed %v, want none", ids)
+		}
+		if ids := leaseIDs(f.runClaim(engine, 10)); !slices.Equal(ids, []string{"o1"}) {
+			t.Fatalf("claimed %v, want [o1]", ids)
+		}
+	})
+
+	t.Run("LapsedLeaseIsClaimedWithNewToken", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		old := f.create("run-1")
+		f.clock.Advance(minute - time.Microsecond)
+		if got := f.runClaim(engine2, 10); len(got) != 0 {
+			t.Fatalf("claimed a live lease: %v", leaseIDs(got))
+		}
+		f.clock.Advance(time.Microsecond) // lease_until <= now: lapsed
+		got := f.runClaim(engine2, 10)
+		if len(got) != 1 || got[0].Run.ID != "run-1" {
+			t.Fatalf("claimed %v, want [run-1]", leaseIDs(got))
+		}
+		if got[0].Token == old.Token {
+			t.Fatalf("reclaimed with the old token %d", old.Token)
+		}
+		// The old holder is fenced off; the new one advances.
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{
+				RunID: "run-1", Token: old.Token, Steps: []reprise.StepSpec{newStep(1, "charge")},
+			})
+			return err
+		})
+		f.advance(got[0], reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "charge")}})
+
+		// A third claim after that lease lapses gets yet another token.
+		f.clock.Advance(minute)
+		again := f.runClaim(engine, 10)
+		if len(again) != 1 || again[0].Token == got[0].Token || again[0].Token == old.Token {
+			t.Fatalf("third claim = %+v, want a token unlike %d and %d", again, old.Token, got[0].Token)
+		}
+		if again[0].Run.Status != reprise.RunRunning {
+			t.Fatalf("claimed run status = %s, want running", again[0].Run.Status)
+		}
+	})
+
+	t.Run("SkipsFinishedRuns", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		for i, status := range []reprise.RunStatus{reprise.RunCompleted, reprise.RunFailed, reprise.RunCancelled} {
+			lease := f.create(fmt.Sprintf("run-%d", i))
+			f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: status}})
+		}
+		f.clock.Advance(2 * minute)
+		if got := f.runClaim(engine2, 10); len(got) != 0 {
+			t.Fatalf("claimed finished runs: %v", leaseIDs(got))
+		}
+	})
+
+	t.Run("ConcurrentClaimsNeverShareARun", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		const runs, claimers = 200, 8
+		for i := range runs {
+			createUnowned(f, "order", fmt.Sprintf("run-%03d", i))
+		}
+		var mu sync.Mutex
+		seen := map[string]int{}
+		var wg sync.WaitGroup
+		for c := range claimers {
+			wg.Go(func() {
+				for {
+					leases, err := f.store.RunClaim(t.Context(), &reprise.RunClaimParams{
+						Owner: fmt.Sprintf("engine-%d", c), Limit: 3, LeaseTTL: minute,
+					})
+					if err != nil {
+						t.Errorf("RunClaim: %v", err)
+						return
+					}
+					if len(leases) == 0 {
+						return
+					}
+					mu.Lock()
+					for _, l := range leases {
+						seen[l.Run.ID]++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(seen) != runs {
+			t.Fatalf("claimed %d distinct runs, want %d", len(seen), runs)
+		}
+		for id, n := range seen {
+			if n != 1 {
+				t.Fatalf("run %s claimed %d times", id, n)
+			}
+		}
+	})
+}
+
+func testRunRenew(t *testing.T, open Open) {
+	t.Run("ExtendsTheOwnersLeases", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		mine := f.create("mine")
+		_, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+			ID: "theirs", Workflow: "order", Input: json.RawMessage(`{}`), Owner: engine2, LeaseTTL: minute,
+		})
+		if err != nil {
+			t.Fatalf("RunCreate: %v", err)
+		}
+		f.clock.Advance(50 * time.Second)
+		err = f.store.RunRenew(t.Context(), &reprise.RunRenewParams{Owner: engine, LeaseTTL: minute})
+		if err != nil {
+			t.Fatalf("RunRenew: %v", err)
+		}
+		f.clock.Advance(10 * time.Second) // the first lease would have lapsed
+		if got := leaseIDs(f.runClaim("engine-3", 10)); !slices.Equal(got, []string{"theirs"}) {
+			t.Fatalf("claimed %v, want only [theirs]", got)
+		}
+		f.clock.Advance(50*time.Second - time.Microsecond)
+		if got := f.runClaim("engine-3", 10); len(got) != 0 {
+			t.Fatalf("claimed %v before the renewed lease lapsed", leaseIDs(got))
+		}
+		f.clock.Advance(time.Microsecond)
+		got := f.runClaim("engine-3", 10)
+		if !slices.Equal(leaseIDs(got), []string{"mine"}) || got[0].Token == mine.Token {
+			t.Fatalf("claimed %+v after the renewed lease lapsed, want mine with a new token", got)
+		}
+	})
+
+	t.Run("ZeroTTLReleasesRuns", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		err := f.store.RunRenew(t.Context(), &reprise.RunRenewParams{Owner: engine})
+		if err != nil {
+			t.Fatalf("RunRenew: %v", err)
+		}
+		if out := f.complete(task); out.Owner != "" {
+			t.Fatalf("Outcome.Owner = %q after release, want none", out.Owner)
+		}
+		got := f.runClaim(engine2, 10)
+		if !slices.Equal(leaseIDs(got), []string{"run-1"}) || got[0].Token == lease.Token {
+			t.Fatalf("claimed %+v after release, want run-1 with a new token", got)
+		}
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: "run-1", Token: lease.Token})
+			return err
+		})
+	})
+}
+
+func testRunAdvance(t *testing.T, open Open) {
+	t.Run("AppendsStepsAndTimersInPositionOrder", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		f.clock.Advance(time.Second)
+		now := f.now()
+		charge, ship := newStep(1, "charge"), withTimeout(newStep(3, "ship"), 10*time.Second)
+		events := f.advance(lease, reprise.RunAdvanceParams{
+			Steps:  []reprise.StepSpec{ship, charge}, // out of order on purpose
+			Timers: []reprise.TimerSpec{{Position: 2, Delay: time.Hour}, {Position: 4, Delay: time.Second}},
+		})
+		want := []reprise.Event{
+			stepScheduled(2, now, charge),
+			{Seq: 3, Type: reprise.EventTimerScheduled, At: now, Execution: 1, Position: 2, Delay: time.Hour, FireAt: now.Add(time.Hour)},
+			stepScheduled(4, now, ship),
+			{Seq: 5, Type: reprise.EventTimerScheduled, At: now, Execution: 1, Position: 4, Delay: time.Second, FireAt: now.Add(time.Second)},
+		}
+		requireEvents(t, events, want)
+		requireEvents(t, f.history("run-1")[1:], want)
+		if run := f.get("run-1"); run.Status != reprise.RunRunning {
+			t.Fatalf("Status = %s, want running", run.Status)
+		}
+
+		// The steps are ready tasks now.
+		task := f.claimOne("ship")
+		if task.Position != 3 || task.Timeout != 10*time.Second || task.Attempt != 1 {
+			t.Fatalf("claimed %+v", task)
+		}
+		f.claimOne("charge")
+	})
+
+	t.Run("AdvanceWithNothingSetsRunning", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		if events := f.advance(lease, reprise.RunAdvanceParams{}); len(events) != 0 {
+			t.Fatalf("appended %d events, want none", len(events))
+		}
+		if run := f.get("run-1"); run.Status != reprise.RunRunning {
+			t.Fatalf("Status = %s, want running", run.Status)
+		}
+	})
+
+	t.Run("StaleTokenIsLeaseLost", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{
+				RunID: "run-1", Token: lease.Token + 1, Steps: []reprise.StepSpec{newStep(1, "charge")},
+			})
+			return err
+		})
+		f.claimNone("charge")
+	})
+
+	t.Run("FinishedRunIsRunFinishedBeforeTokenCheck", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		for _, token := range []int64{lease.Token, lease.Token + 1} {
+			f.requireChangedNothing("run-1", reprise.ErrRunFinished, func() error {
+				_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{
+					RunID: "run-1", Token: token, Steps: []reprise.StepSpec{newStep(1, "charge")},
+				})
+				return err
+			})
+		}
+	})
+
+	t.Run("MissingRunIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+		_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: "missing", Token: 1})
+		requireErr(t, err, reprise.ErrNotFound)
+	})
+
+	t.Run("FinishCompletedDropsTasksAndTimers", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease, running := f.busyRun("run-1")
+		f.clock.Advance(time.Second)
+		now := f.now()
+
+		events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
+			Status: reprise.RunCompleted, Output: json.RawMessage(`{"total":3}`),
+		}})
+		want := []reprise.Event{{Seq: 6, Type: reprise.EventRunCompleted, At: now, Execution: 1, Output: json.RawMessage(`{"total":3}`)}}
+		requireEvents(t, events, want)
+		requireEvents(t, f.last("run-1", 1), want)
+		run := f.get("run-1")
+		if run.Status != reprise.RunCompleted {
+			t.Fatalf("Status = %s, want completed", run.Status)
+		}
+		requireJSON(t, "Output", run.Output, json.RawMessage(`{"total":3}`))
+		requireTime(t, "UpdatedAt", run.UpdatedAt, now)
+
+		requireDropped(f, "run-1", running, "ship")
+	})
+
+	t.Run("FinishFailedKeepsError", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.schedule("run-1", newStep(1, "charge"))
+		running := f.claimOne("charge")
+		runErr := &reprise.ErrorInfo{Type: "Panic", Message: "boom", Stack: "main.go:1"}
+		events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
+			Status: reprise.RunFailed, Error: runErr,
+		}})
+		want := []reprise.Event{{Seq: 4, Type: reprise.EventRunFailed, At: start, Execution: 1, Error: runErr}}
+		requireEvents(t, events, want)
+		requireEvents(t, f.last("run-1", 1), want)
+		run := f.get("run-1")
+		if run.Status != reprise.RunFailed || run.Error == nil || *run.Error != *runErr {
+			t.Fatalf("run = %+v, want failed with %+v", run, runErr)
+		}
+		requireDropped(f, "run-1", running, "charge")
+	})
+
+	t.Run("FinishCancelled", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.schedule("run-1", newStep(1, "charge"))
+		events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCancelled}})
+		if len(events) != 1 || events[0].Type != reprise.EventRunCancelled || events[0].Seq != 3 {
+			t.Fatalf("events = %s, want RunCancelled at seq 3", dump(events))
+		}
+		if run := f.get("run-1"); run.Status != reprise.RunCancelled {
+			t.Fatalf("Status = %s, want cancelled", run.Status)
+		}
+		requireDropped(f, "run-1", nil, "charge")
+	})
+}
+
+// busyRun creates a run with work of every kind: a running attempt
+// (charge, returned), a ready task (ship) and a pending timer (position 3).
+func (f *fixture) busyRun(id string) (reprise.RunLease, *reprise.Task) {
+	f.t.Helper()
+	lease := f.schedule(id, newStep(1, "charge"), newStep(2, "ship"))
+	f.advance(lease, reprise.RunAdvanceParams{Timers: []reprise.TimerSpec{{Position: 3, Delay: time.Second}}})
+	return lease, f.claimOne("charge")
+}
+
+// requireDropped requires that the run's tasks and timers are gone: the
+// claimed task's result is rejected, nothing of step is claimable, no timer
+// fires and nothing wakes.
+func requireDropped(f *fixture, runID string, claimed *reprise.Task, step string) {
+	f.t.Helper()
+	if claimed != nil {
+		_, err := f.store.TaskComplete(f.t.Context(), &reprise.TaskCompleteParams{
+			TaskID: claimed.ID, Token: claimed.Token, Output: json.RawMessage(`1`),
+		})
+		requireErr(f.t, err, reprise.ErrLeaseLost)
+		_, err = f.store.TaskHeartbeat(f.t.Context(), &reprise.TaskHeartbeatParams{
+			TaskID: claimed.ID, Token: claimed.Token, LeaseTTL: minute,
+		})
+		requireErr(f.t, err, reprise.ErrLeaseLost)
+	}
+	f.claimNone(step)
+	f.clock.Advance(24 * time.Hour)
+	outcomes, err := f.store.TimerFire(f.t.Context(), &reprise.TimerFireParams{Limit: 10})
+	if err != nil {
+		f.t.Fatalf("TimerFire: %v", err)
+	}
+	if len(outcomes) != 0 {
+		f.t.Fatalf("timers of a finished run fired: %+v", outcomes)
+	}
+	wake, err := f.store.NextWake(f.t.Context(), &reprise.NextWakeParams{})
+	if err != nil {
+		f.t.Fatalf("NextWake: %v", err)
+	}
+	if wake != (reprise.Wake{}) {
+		f.t.Fatalf("NextWake = %+v, want nothing pending", wake)
+	}
+	if n := len(f.history(runID)); n == 0 || f.history(runID)[n-1].Type != reprise.EventRunCompleted &&
+		f.history(runID)[n-1].Type != reprise.EventRunFailed && f.history(runID)[n-1].Type != reprise.EventRunCancelled {
+		f.t.Fatalf("history of %s does not end with the run's end: %s", runID, dump(f.history(runID)))
+	}
+}
+
+func stepScheduled(seq int64, at time.Time, s reprise.StepSpec) reprise.Event {
+	return reprise.Event{
+		Seq: seq, Type: reprise.EventStepScheduled, At: at, Execution: 1,
+		Position: s.Position, Step: s.Name, Input: s.Input,
+		Policy: s.PolicyText, IdempotencyKey: s.IdempotencyKey,
+	}
+}
+
+func testRunCancel(t *testing.T, open Open) {
+	t.Run("CancelsActiveRunAndDropsItsWork", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease, running := f.busyRun("run-1")
+		f.clock.Advance(time.Second)
+		now := f.now()
+
+		run, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-1", Reason: "operator"})
+		if err != nil {
+			t.Fatalf("RunCancel: %v", err)
+		}
+		if run.Status != reprise.RunCancelled || run.ID != "run-1" {
+			t.Fatalf("RunCancel returned %+v", run)
+		}
+		requireTime(t, "UpdatedAt", run.UpdatedAt, now)
+		requireEvents(t, f.last("run-1", 1), []reprise.Event{{
+			Seq: 6, Type: reprise.EventRunCancelled, At: now, Execution: 1, Reason: "operator",
+		}})
+		if got := f.get("run-1"); got.Status != reprise.RunCancelled {
+			t.Fatalf("RunGet status = %s, want cancelled", got.Status)
+		}
+		// The workflow's holder learns the run is over.
+		_, err = f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: "run-1", Token: lease.Token})
+		requireErr(t, err, reprise.ErrRunFinished)
+		requireDropped(f, "run-1", running, "ship")
+	})
+
+	t.Run("FinishedRunIsRunFinished", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.requireChangedNothing("run-1", reprise.ErrRunFinished, func() error {
+			_, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-1"})
+			return err
+		})
+	})
+
+	t.Run("MissingRunIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+		_, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "missing"})
+		requireErr(t, err, reprise.ErrNotFound)
+	})
+}
+
+func testHistoryList(t *testing.T, open Open) {
+	t.Run("MissingRunIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+		_, err := f.store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: "missing"})
+		requireErr(t, err, reprise.ErrNotFound)
+	})
+
+	t.Run("SeqIsGaplessAndAtIsAppendTime", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		// Two runs interleaved: each numbers its own events.
+		a := f.schedule("a", newStep(1, "charge"))
+		f.clock.Advance(time.Second)
+		b := f.schedule("b", newStep(1, "charge"))
+		f.clock.Advance(time.Second)
+		task := f.claimOne("charge") // a's task: ready earlier
+		f.clock.Advance(time.Second)
+		f.complete(task)
+		f.clock.Advance(time.Second)
+		f.advance(a, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(b, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+
+		wantTypes := map[string][]reprise.EventType{
+			"a": {reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted, reprise.EventStepCompleted, reprise.EventRunCompleted},
+			"b": {reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventRunCompleted},
+		}
+		wantAt := map[string][]time.Duration{
+			"a": {0, 0, 2 * time.Second, 3 * time.Second, 4 * time.Second},
+			"b": {time.Second, time.Second, 4 * time.Second},
+		}
+		for id, types := range wantTypes {
+			events := f.history(id)
+			if len(events) != len(types) {
+				t.Fatalf("history of %s = %s, want types %v", id, dump(events), types)
+			}
+			for i, e := range events {
+				if e.Seq != int64(i+1) || e.Type != types[i] || !e.At.Equal(start.Add(wantAt[id][i])) {
+					t.Fatalf("history of %s, event %d = %s, want seq %d type %s at +%v", id, i, dump(events[i:i+1]), i+1, types[i], wantAt[id][i])
+				}
+			}
+			requireTime(t, "UpdatedAt of "+id, f.get(id).UpdatedAt, start.Add(4*time.Second))
+		}
+	})
+
+	t.Run("AfterSeq", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"), newStep(2, "ship"))
+		all := f.history("run-1")
+		for after := int64(0); after <= 4; after++ {
+			got, err := f.store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: "run-1", AfterSeq: after})
+			if err != nil {
+				t.Fatalf("HistoryList(AfterSeq %d): %v", after, err)
+			}
+			requireEvents(t, got, all[min(after, 3):])
+		}
+	})
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// equalRun compares runs normalized by normRun.
+func equalRun(a, b reprise.Run) bool {
+	return reflect.DeepEqual(a, b)
+}

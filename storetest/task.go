@@ -1,0 +1,644 @@
+package storetest
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"reprise"
+)
+
+func testTaskClaim(t *testing.T, open Open) {
+	t.Run("FillsEveryFieldAndAppendsAttemptStarted", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		s := withTimeout(newStep(1, "charge"), 5*time.Minute)
+		f.schedule("run-1", s)
+		f.clock.Advance(time.Second)
+		now := f.now()
+		task := f.claimOne("charge")
+
+		if task.ID == 0 || task.Token == 0 {
+			t.Fatalf("ID = %d, Token = %d: want both set", task.ID, task.Token)
+		}
+		if task.RunID != "run-1" || task.Execution != 1 || task.Position != 1 || task.Step != "charge" ||
+			task.IdempotencyKey != s.IdempotencyKey || task.Timeout != s.Timeout || task.Attempt != 1 {
+			t.Fatalf("claimed %+v", task)
+		}
+		requireJSON(t, "Input", task.Input, s.Input)
+		requireJSON(t, "Policy", task.Policy, s.Policy)
+		requireTime(t, "LeaseUntil", task.LeaseUntil, now.Add(minute))
+		requireTime(t, "StartedAt", task.StartedAt, now)
+		requireTime(t, "FirstStartedAt", task.FirstStartedAt, now)
+		requireEvents(t, f.last("run-1", 1), []reprise.Event{{
+			Seq: 3, Type: reprise.EventAttemptStarted, At: now, Execution: 1,
+			Position: 1, Step: "charge", Attempt: 1, Worker: worker,
+			LeaseUntil: now.Add(minute), IdempotencyKey: s.IdempotencyKey,
+		}})
+	})
+
+	t.Run("LeaseIsCutToTimeout", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1",
+			withTimeout(newStep(1, "short"), 10*time.Second),
+			withTimeout(newStep(2, "long"), 2*minute),
+			newStep(3, "none"))
+		for step, want := range map[string]time.Duration{"short": 10 * time.Second, "long": minute, "none": minute} {
+			task := f.claimOne(step)
+			requireTime(t, "LeaseUntil of "+step, task.LeaseUntil, start.Add(want))
+		}
+	})
+
+	t.Run("ClaimsPerStepQuota", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"), newStep(2, "charge"), newStep(3, "charge"),
+			newStep(4, "ship"), newStep(5, "ship"), newStep(6, "email"))
+		tasks, err := f.store.TaskClaim(t.Context(), &reprise.TaskClaimParams{
+			Owner:    worker,
+			Steps:    []reprise.StepQuota{{Name: "charge", Limit: 2}, {Name: "ship", Limit: 5}, {Name: "missing", Limit: 3}},
+			LeaseTTL: minute,
+		})
+		if err != nil {
+			t.Fatalf("TaskClaim: %v", err)
+		}
+		var got []string
+		for _, task := range tasks {
+			got = append(got, fmt.Sprintf("%s/%d", task.Step, task.Position))
+		}
+		if want := []string{"charge/1", "charge/2", "ship/4", "ship/5"}; !slices.Equal(got, want) {
+			t.Fatalf("claimed %v, want %v", got, want)
+		}
+		// AttemptStarted for each, in the order returned.
+		for i, e := range f.last("run-1", 4) {
+			if e.Type != reprise.EventAttemptStarted || e.Position != tasks[i].Position {
+				t.Fatalf("event %d = %s, want AttemptStarted of position %d", i, dump([]reprise.Event{e}), tasks[i].Position)
+			}
+		}
+		f.claimOne("charge")
+		f.claimOne("email")
+		f.claimNone("ship")
+	})
+
+	t.Run("OrdersByReadyTimeThenID", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		// early's task is scheduled first (lower id) but retried, so it
+		// becomes ready after late's.
+		f.schedule("early", newStep(1, "charge"))
+		f.retry(f.claimOne("charge"), 10*time.Second)
+		f.clock.Advance(time.Second)
+		f.schedule("late", newStep(2, "charge"), newStep(1, "charge"))
+		f.clock.Advance(time.Minute)
+
+		var got []string
+		for range 3 {
+			task := f.claimOne("charge")
+			got = append(got, fmt.Sprintf("%s/%d", task.RunID, task.Position))
+		}
+		if want := []string{"late/1", "late/2", "early/1"}; !slices.Equal(got, want) {
+			t.Fatalf("claim order %v, want %v", got, want)
+		}
+	})
+
+	t.Run("LeasedOrNotReadyTaskIsNotClaimed", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		f.claimNone("charge")
+		f.retry(task, time.Second)
+		f.claimNone("charge")
+	})
+
+	t.Run("ConcurrentClaimsNeverShareATask", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		const runs, stepsPerRun, claimers = 5, 100, 8
+		for r := range runs {
+			steps := make([]reprise.StepSpec, stepsPerRun)
+			for i := range steps {
+				steps[i] = newStep(i+1, "charge")
+			}
+			f.schedule(fmt.Sprintf("run-%d", r), steps...)
+		}
+
+		// claimAll claims every ready task with concurrent claimers and
+		// returns each task's claims.
+		claimAll := func() map[int64][]*reprise.Task {
+			var mu sync.Mutex
+			claims := map[int64][]*reprise.Task{}
+			var wg sync.WaitGroup
+			for c := range claimers {
+				wg.Go(func() {
+					for {
+						tasks, err := f.store.TaskClaim(t.Context(), &reprise.TaskClaimParams{
+							Owner:    fmt.Sprintf("worker-%d", c),
+							Steps:    []reprise.StepQuota{{Name: "charge", Limit: 7}},
+							LeaseTTL: minute,
+						})
+						if err != nil {
+							t.Errorf("TaskClaim: %v", err)
+							return
+						}
+						if len(tasks) == 0 {
+							return
+						}
+						mu.Lock()
+						for _, task := range tasks {
+							claims[task.ID] = append(claims[task.ID], task)
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			return claims
+		}
+		requireOnce := func(claims map[int64][]*reprise.Task, attempt int) {
+			t.Helper()
+			if len(claims) != runs*stepsPerRun {
+				t.Fatalf("claimed %d distinct tasks, want %d", len(claims), runs*stepsPerRun)
+			}
+			for id, c := range claims {
+				if len(c) != 1 || c[0].Attempt != attempt {
+					t.Fatalf("task %d claimed %d times (attempt %d), want once as attempt %d", id, len(c), c[0].Attempt, attempt)
+				}
+			}
+		}
+
+		first := claimAll()
+		requireOnce(first, 1)
+
+		// Fail every attempt concurrently; all become ready again at once.
+		var wg sync.WaitGroup
+		tasks := make(chan *reprise.Task)
+		for range claimers {
+			wg.Go(func() {
+				for task := range tasks {
+					if _, err := f.store.TaskFail(t.Context(), retryParams(task, 0)); err != nil {
+						t.Errorf("TaskFail(%d): %v", task.ID, err)
+					}
+				}
+			})
+		}
+		for _, c := range first {
+			tasks <- c[0]
+		}
+		close(tasks)
+		wg.Wait()
+
+		second := claimAll()
+		requireOnce(second, 2)
+		for id, c := range second {
+			if c[0].Token == first[id][0].Token {
+				t.Fatalf("task %d claimed again with its old token %d", id, c[0].Token)
+			}
+		}
+
+		// Every run's history stayed gapless under the concurrent appends.
+		for r := range runs {
+			events := f.history(fmt.Sprintf("run-%d", r))
+			if want := 1 + stepsPerRun*4; len(events) != want {
+				t.Fatalf("run-%d has %d events, want %d", r, len(events), want)
+			}
+			for i, e := range events {
+				if e.Seq != int64(i+1) {
+					t.Fatalf("run-%d event %d has seq %d", r, i, e.Seq)
+				}
+			}
+		}
+	})
+}
+
+func testTaskHeartbeat(t *testing.T, open Open) {
+	heartbeat := func(f *fixture, task *reprise.Task, ttl time.Duration) (time.Time, error) {
+		return f.store.TaskHeartbeat(f.t.Context(), &reprise.TaskHeartbeatParams{
+			TaskID: task.ID, Token: task.Token, LeaseTTL: ttl,
+		})
+	}
+
+	t.Run("ExtendsLease", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		f.clock.Advance(50 * time.Second)
+		until, err := heartbeat(f, task, minute)
+		if err != nil {
+			t.Fatalf("TaskHeartbeat: %v", err)
+		}
+		requireTime(t, "lease", until, start.Add(50*time.Second+minute))
+
+		// Past the first lease, the attempt still holds its task.
+		f.clock.Advance(20 * time.Second)
+		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		if err != nil || len(expired) != 0 {
+			t.Fatalf("TaskListExpired = %d tasks, %v; want none", len(expired), err)
+		}
+		f.complete(task)
+	})
+
+	t.Run("NeverPastTimeout", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", withTimeout(newStep(1, "charge"), 90*time.Second))
+		f.clock.Advance(time.Second)
+		task := f.claimOne("charge")
+		f.clock.Advance(50 * time.Second)
+		until, err := heartbeat(f, task, minute)
+		if err != nil {
+			t.Fatalf("TaskHeartbeat: %v", err)
+		}
+		requireTime(t, "lease", until, task.StartedAt.Add(90*time.Second))
+		f.clock.Advance(40 * time.Second) // at the timeout: lapsed
+		_, err = heartbeat(f, task, minute)
+		requireErr(t, err, reprise.ErrLeaseLost)
+	})
+
+	t.Run("StaleLapsedOrGoneIsLeaseLost", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"), newStep(2, "ship"))
+		task := f.claimOne("charge")
+		stale := *task
+		stale.Token++
+		_, err := heartbeat(f, &stale, minute)
+		requireErr(t, err, reprise.ErrLeaseLost)
+
+		f.clock.Advance(minute) // now == LeaseUntil: lapsed
+		_, err = heartbeat(f, task, minute)
+		requireErr(t, err, reprise.ErrLeaseLost)
+
+		ship := f.claimOne("ship")
+		f.complete(ship)
+		_, err = heartbeat(f, ship, minute)
+		requireErr(t, err, reprise.ErrLeaseLost)
+	})
+}
+
+func testTaskComplete(t *testing.T, open Open) {
+	t.Run("AppendsStepCompletedAndRemovesTask", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		f.clock.Advance(time.Second)
+		now := f.now()
+		out, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{
+			TaskID: task.ID, Token: task.Token, Output: json.RawMessage(`{"charged":42}`),
+		})
+		if err != nil {
+			t.Fatalf("TaskComplete: %v", err)
+		}
+		want := []reprise.Event{{
+			Seq: 4, Type: reprise.EventStepCompleted, At: now, Execution: 1,
+			Position: 1, Step: "charge", Attempt: 1, Output: json.RawMessage(`{"charged":42}`),
+		}}
+		if out.RunID != "run-1" || out.Owner != engine {
+			t.Fatalf("Outcome = %+v, want run-1 owned by %s", out, engine)
+		}
+		requireEvents(t, out.Events, want)
+		requireEvents(t, f.last("run-1", 1), want)
+
+		// The task is gone: a second report and a claim find nothing.
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+			return err
+		})
+		f.claimNone("charge")
+	})
+
+	t.Run("OwnerIsTheRunsLeaseHolder", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		// A run nobody holds.
+		_, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "free", Workflow: "order", Input: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatalf("RunCreate: %v", err)
+		}
+		lease := f.runClaim(engine, 1)[0]
+		f.advance(lease, reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "charge"), newStep(2, "ship")}})
+		if out := f.complete(f.claimOne("charge")); out.Owner != engine {
+			t.Fatalf("Owner = %q, want %q", out.Owner, engine)
+		}
+		// After another engine takes the run over, results go to it.
+		f.clock.Advance(minute)
+		task := f.claimOne("ship")
+		if got := f.runClaim(engine2, 1); len(got) != 1 {
+			t.Fatalf("RunClaim got %d runs, want 1", len(got))
+		}
+		if out := f.complete(task); out.Owner != engine2 {
+			t.Fatalf("Owner = %q, want %q", out.Owner, engine2)
+		}
+	})
+
+	t.Run("OwnerIsEmptyWhenNoneHoldsTheRun", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		// A run created without an owner is advanced with its zero token.
+		lease, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "free", Workflow: "order", Input: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatalf("RunCreate: %v", err)
+		}
+		f.advance(lease, reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "charge")}})
+		if out := f.complete(f.claimOne("charge")); out.Owner != "" || out.RunID != "free" {
+			t.Fatalf("Outcome = %+v, want run free with no owner", out)
+		}
+	})
+
+	t.Run("StaleTokenIsLeaseLost", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token + 1})
+			return err
+		})
+		f.complete(task)
+	})
+
+	t.Run("LapsedLeaseIsLeaseLost", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", withTimeout(newStep(1, "charge"), 10*time.Second))
+		task := f.claimOne("charge")
+		f.clock.Advance(10 * time.Second) // now == LeaseUntil: lapsed
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+			return err
+		})
+		// The reaper still finds it.
+		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		if err != nil || len(expired) != 1 || expired[0].ID != task.ID {
+			t.Fatalf("TaskListExpired = %+v, %v; want the task", expired, err)
+		}
+	})
+
+	t.Run("DroppedTasksTokenNeverMatchesANewTask", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("old", newStep(1, "charge"))
+		stale := f.claimOne("charge")
+		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "old"}); err != nil {
+			t.Fatalf("RunCancel: %v", err)
+		}
+		f.schedule("new", newStep(1, "charge"))
+		fresh := f.claimOne("charge")
+		f.requireChangedNothing("new", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: stale.ID, Token: stale.Token})
+			return err
+		})
+		if out := f.complete(fresh); out.RunID != "new" {
+			t.Fatalf("Outcome = %+v, want run new", out)
+		}
+	})
+}
+
+func testTaskFail(t *testing.T, open Open) {
+	netErr := reprise.ErrorInfo{Type: "NetworkError", Message: "connection reset"}
+
+	t.Run("RetryMakesTaskReadyAfterDelay", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		s := newStep(1, "charge")
+		f.schedule("run-1", s)
+		first := f.claimOne("charge")
+		f.clock.Advance(time.Second)
+		now := f.now()
+		retryAt := now.Add(10 * time.Second)
+
+		out := f.retry(first, 10*time.Second)
+		want := []reprise.Event{{
+			Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+			Position: 1, Step: "charge", Attempt: 1, Error: &netErr,
+			Delay: 10 * time.Second, RetryAt: retryAt, Rule: "[retry: 3, backoff: 1s]",
+		}}
+		if out.RunID != "run-1" || out.Owner != engine {
+			t.Fatalf("Outcome = %+v, want run-1 owned by %s", out, engine)
+		}
+		requireEvents(t, out.Events, want)
+		requireEvents(t, f.last("run-1", 1), want)
+		requireWake(f, nil, reprise.Wake{Task: retryAt})
+
+		f.clock.Advance(10*time.Second - time.Microsecond)
+		f.claimNone("charge")
+		f.clock.Advance(time.Microsecond)
+		second := f.claimOne("charge")
+		if second.ID != first.ID || second.Attempt != 2 || second.Token == first.Token {
+			t.Fatalf("second claim = %+v, want task %d attempt 2 with a new token (old %d)", second, first.ID, first.Token)
+		}
+		requireTime(t, "StartedAt", second.StartedAt, retryAt)
+		requireTime(t, "FirstStartedAt", second.FirstStartedAt, first.StartedAt)
+		requireJSON(t, "Input", second.Input, s.Input)
+
+		// The first attempt's token is fenced off.
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
+			return err
+		})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskFail(t.Context(), retryParams(first, 0))
+			return err
+		})
+		f.complete(second)
+	})
+
+	t.Run("StopAppendsStepFailedAndRemovesTask", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		f.retry(f.claimOne("charge"), 0)
+		task := f.claimOne("charge")
+		f.clock.Advance(time.Second)
+		now := f.now()
+		out, err := f.store.TaskFail(t.Context(), &reprise.TaskFailParams{
+			TaskID: task.ID, Token: task.Token, Error: netErr, Rule: "[retry: 1]", Reason: "exhausted",
+		})
+		if err != nil {
+			t.Fatalf("TaskFail: %v", err)
+		}
+		want := []reprise.Event{
+			{
+				Seq: 6, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+				Position: 1, Step: "charge", Attempt: 2, Error: &netErr, Rule: "[retry: 1]", Reason: "exhausted",
+			},
+			{
+				Seq: 7, Type: reprise.EventStepFailed, At: now, Execution: 1,
+				Position: 1, Step: "charge", Attempt: 2, Error: &netErr, Reason: "exhausted",
+			},
+		}
+		requireEvents(t, out.Events, want)
+		requireEvents(t, f.last("run-1", 2), want)
+		f.claimNone("charge")
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+			return err
+		})
+	})
+
+	t.Run("ExpiredOnlyAfterLapse", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		reap := &reprise.TaskFailParams{
+			TaskID: task.ID, Token: task.Token, Expired: true, Retry: true, Delay: time.Second,
+			Error: reprise.ErrorInfo{Type: "Timeout", Message: "lease expired"}, Rule: "[retry: 3]",
+		}
+		f.clock.Advance(minute - time.Microsecond)
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskFail(t.Context(), reap)
+			return err
+		})
+
+		f.clock.Advance(time.Microsecond) // now == LeaseUntil: lapsed
+		// The worker's late writes are all rejected.
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+			return err
+		})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskFail(t.Context(), retryParams(task, 0))
+			return err
+		})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: task.ID, Token: task.Token, LeaseTTL: minute})
+			return err
+		})
+
+		// The reaper's write goes through, once.
+		out, err := f.store.TaskFail(t.Context(), reap)
+		if err != nil {
+			t.Fatalf("TaskFail(Expired): %v", err)
+		}
+		now := f.now()
+		requireEvents(t, out.Events, []reprise.Event{{
+			Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1, Position: 1, Step: "charge",
+			Attempt: 1, Error: &reap.Error, Rule: "[retry: 3]", Delay: time.Second, RetryAt: now.Add(time.Second),
+		}})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskFail(t.Context(), reap)
+			return err
+		})
+		f.clock.Advance(time.Second)
+		if again := f.claimOne("charge"); again.Attempt != 2 {
+			t.Fatalf("reclaimed as attempt %d, want 2", again.Attempt)
+		}
+	})
+
+	t.Run("ExpiredStopFailsStep", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", withTimeout(newStep(1, "charge"), time.Second))
+		task := f.claimOne("charge")
+		f.clock.Advance(time.Second)
+		out, err := f.store.TaskFail(t.Context(), &reprise.TaskFailParams{
+			TaskID: task.ID, Token: task.Token, Expired: true,
+			Error: reprise.ErrorInfo{Type: "Timeout", Message: "attempt timed out"}, Reason: "exhausted",
+		})
+		if err != nil {
+			t.Fatalf("TaskFail(Expired): %v", err)
+		}
+		if len(out.Events) != 2 || out.Events[1].Type != reprise.EventStepFailed {
+			t.Fatalf("events = %s, want AttemptFailed, StepFailed", dump(out.Events))
+		}
+		f.clock.Advance(time.Hour)
+		f.claimNone("charge")
+	})
+
+	t.Run("StaleTokenIsLeaseLost", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		stale := *task
+		stale.Token++
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskFail(t.Context(), retryParams(&stale, 0))
+			return err
+		})
+	})
+}
+
+func testTaskListExpired(t *testing.T, open Open) {
+	expired := func(f *fixture, limit int) []*reprise.Task {
+		f.t.Helper()
+		tasks, err := f.store.TaskListExpired(f.t.Context(), &reprise.TaskListExpiredParams{Limit: limit})
+		if err != nil {
+			f.t.Fatalf("TaskListExpired: %v", err)
+		}
+		return tasks
+	}
+
+	t.Run("ListsLapsedLeasesOnly", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"), newStep(2, "ship"), newStep(3, "email"))
+		charge := f.claimOne("charge")
+		f.claim(worker, "ship", 1, 2*minute)
+		// email stays unleased.
+		f.clock.Advance(minute - time.Microsecond)
+		if got := expired(f, 10); len(got) != 0 {
+			t.Fatalf("listed %d tasks before any lease lapsed", len(got))
+		}
+		f.clock.Advance(time.Microsecond)
+		got := expired(f, 10)
+		if len(got) != 1 || got[0].ID != charge.ID {
+			t.Fatalf("listed %+v, want the charge task", got)
+		}
+		if g := got[0]; g.Token != charge.Token || g.Attempt != 1 || g.RunID != "run-1" || g.Step != "charge" ||
+			g.Position != 1 || g.Execution != 1 || !g.LeaseUntil.Equal(charge.LeaseUntil) ||
+			!g.StartedAt.Equal(charge.StartedAt) || g.IdempotencyKey != charge.IdempotencyKey {
+			t.Fatalf("listed %+v, want %+v", g, charge)
+		}
+	})
+
+	t.Run("Limit", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		steps := make([]reprise.StepSpec, 102)
+		for i := range steps {
+			steps[i] = newStep(i+1, "charge")
+		}
+		f.schedule("run-1", steps...)
+		f.claim(worker, "charge", 200, minute)
+		f.clock.Advance(minute)
+		if got := len(expired(f, 0)); got != 100 {
+			t.Fatalf("Limit 0 listed %d tasks, want 100", got)
+		}
+		if got := len(expired(f, 5)); got != 5 {
+			t.Fatalf("Limit 5 listed %d tasks, want 5", got)
+		}
+		if got := len(expired(f, 200)); got != 102 {
+			t.Fatalf("Limit 200 listed %d tasks, want 102", got)
+		}
+	})
+}
