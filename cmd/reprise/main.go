@@ -1,5 +1,5 @@
-// Command reprise inspects retry policies and, with its other subcommands,
-// runs and shows reprise workflows. See internal/cli for the commands.
+// Command reprise is reprise's command line; 'reprise help' lists its
+// commands, which live in internal/cli.
 package main
 
 import (
