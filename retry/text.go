@@ -589,7 +589,7 @@ func isFloatRange(err error) bool {
 func parsePositiveDuration(s, key string) (time.Duration, error) {
 	d, err := parseDuration(s)
 	if err == nil && d == 0 {
-		err = fmt.Errorf("%s is zero: want a positive duration, or leave %s out for none", s, key)
+		err = fmt.Errorf("found %s, want a positive duration (for no %s, leave the key out)", s, key)
 	}
 	return d, err
 }

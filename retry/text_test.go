@@ -238,7 +238,7 @@ func TestParseErrors(t *testing.T) {
 		{"[retry: 3, multiplier: inf]", 1, 24, "out of range"},
 		{"[retry: 3, multiplier: 1e999]", 1, 24, "out of range"},
 		{"[retry: 3, multiplier: two]", 1, 24, `found "two", want a number ≥ 1`},
-		{"[timeout: 0]", 1, 11, "timeout: 0 is zero: want a positive duration"},
+		{"[timeout: 0]", 1, 11, "timeout: found 0, want a positive duration (for no timeout, leave the key out)"},
 		{"[deadline: -5m]", 1, 12, "negative duration"},
 		// keys that cannot apply to the kind written
 		{"[retry: 3, backoff: 1s, backoff_kind: none]", 1, 12, "backoff does not apply to backoff_kind none"},
