@@ -52,6 +52,10 @@ type FakeClock struct {
 	mu     sync.Mutex
 	now    time.Time
 	timers []*fakeTimer
+	// fired holds channel timers that fired; running counts AfterFunc
+	// calls not yet returned. Pending reads both.
+	fired   []*fakeTimer
+	running int
 }
 
 // NewFakeClock returns a clock standing at start.
@@ -104,6 +108,23 @@ func (c *FakeClock) Set(t time.Time) {
 	}
 }
 
+// Pending counts the timers that fired but whose receivers have not yet
+// taken the time from the channel, or whose functions are still running: a
+// test that moves the clock waits for these before moving it again.
+func (c *FakeClock) Pending() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.fired[:0]
+	for _, t := range c.fired {
+		if len(t.ch) > 0 {
+			kept = append(kept, t)
+		}
+	}
+	clear(c.fired[len(kept):])
+	c.fired = kept
+	return len(kept) + c.running
+}
+
 // Next returns the time of the earliest pending timer.
 func (c *FakeClock) Next() (time.Time, bool) {
 	c.mu.Lock()
@@ -125,12 +146,26 @@ type fakeTimer struct {
 func (t *fakeTimer) C() <-chan time.Time { return t.ch }
 
 func (t *fakeTimer) fire(now time.Time) {
+	c := t.c
 	if t.f != nil {
-		go t.f()
+		c.mu.Lock()
+		c.running++
+		c.mu.Unlock()
+		go func() {
+			defer func() {
+				c.mu.Lock()
+				c.running--
+				c.mu.Unlock()
+			}()
+			t.f()
+		}()
 		return
 	}
 	select {
 	case t.ch <- now:
+		c.mu.Lock()
+		c.fired = append(c.fired, t)
+		c.mu.Unlock()
 	default:
 	}
 }

@@ -90,10 +90,12 @@ type Engine struct {
 	workWG    sync.WaitGroup
 	decoded   sync.Map // string(policy JSON) → *retry.Policy
 
-	// busy counts goroutines doing engine work now; act counts progress.
-	// Together they let a test clock tell when the engine is idle.
-	busy atomic.Int64
-	act  atomic.Int64
+	// busy counts goroutines doing engine work now, and wake-ups sent but
+	// not yet taken; inStep counts attempts inside step code; act counts
+	// progress. Together they let a test clock tell when the engine is idle.
+	busy   atomic.Int64
+	inStep atomic.Int64
+	act    atomic.Int64
 }
 
 // New returns an engine; it does nothing until Run.
@@ -495,7 +497,13 @@ func (e *Engine) claimRunsOnce(ctx context.Context) {
 func (e *Engine) startRunner(lease RunLease, fresh bool) {
 	e.mu.Lock()
 	wf := e.workflows[lease.Run.Workflow]
-	if wf == nil || !e.running || e.runners[lease.Run.ID] != nil {
+	if r := e.runners[lease.Run.ID]; r != nil {
+		// This engine's own lease lapsed and it claimed the run back.
+		r.token.Store(lease.Token)
+		e.mu.Unlock()
+		return
+	}
+	if wf == nil || !e.running {
 		e.mu.Unlock()
 		return
 	}
@@ -526,7 +534,7 @@ func (e *Engine) runnerDone(r *runner, finished bool) {
 // pass (a store error): it is replayed from history a little later.
 func (e *Engine) runnerFailed(r *runner, err error) {
 	e.log.Warn("run interrupted; replaying it later", "run_id", r.id, "err", err)
-	lease := RunLease{Run: &Run{ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution}, Token: r.token}
+	lease := RunLease{Run: &Run{ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution}, Token: r.token.Load()}
 	e.runnerDone(r, false)
 	e.clock.AfterFunc(e.cfg.PollInterval, func() {
 		if run, err := e.store.RunGet(e.storeCtx, lease.Run.ID); err == nil && !run.Status.Final() {
@@ -549,9 +557,10 @@ func (e *Engine) deliver(o *Outcome) {
 	}
 }
 
-// Idle reports whether no engine goroutine is doing work right now, and a
-// counter that grows with every step of progress. A test clock moves time
-// only when the engine stays idle with an unchanged counter; see reprisetest.
-func (e *Engine) Idle() (idle bool, progress int64) {
-	return e.busy.Load() == 0, e.act.Load()
+// Activity is for test clocks (see reprisetest): busy counts engine
+// goroutines working now and wake-ups not yet taken, steps counts attempts
+// inside step code, and progress grows with every step of progress. A test
+// clock moves time only when busy is zero and progress stands still.
+func (e *Engine) Activity() (busy, steps, progress int64) {
+	return e.busy.Load(), e.inStep.Load(), e.act.Load()
 }

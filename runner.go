@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"reprise/retry"
@@ -22,7 +23,9 @@ type runner struct {
 	e         *Engine
 	id        string
 	workflow  *workflowEntry
-	token     int64
+	// token is the run lease's fencing token; a re-claim by this same
+	// engine (after its lease lapsed in a long pause) replaces it.
+	token     atomic.Int64
 	execution int
 	input     json.RawMessage
 
@@ -79,7 +82,6 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 		e:         e,
 		id:        lease.Run.ID,
 		workflow:  wf,
-		token:     lease.Token,
 		execution: max(lease.Run.Execution, 1),
 		input:     lease.Run.Input,
 		cancel:    cancel,
@@ -88,6 +90,7 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 		now:       lease.Run.CreatedAt,
 		wake:      make(chan struct{}, 1),
 	}
+	r.token.Store(lease.Token)
 	r.ctx = context.WithValue(ctx, runnerKey{}, r)
 	return r
 }
@@ -98,9 +101,12 @@ func (r *runner) push(events []Event) {
 	r.mu.Lock()
 	r.inbox = append(r.inbox, events...)
 	r.mu.Unlock()
+	// A wake-up not yet taken counts as busy; the runner inherits it.
+	r.e.busy.Add(1)
 	select {
 	case r.wake <- struct{}{}:
 	default:
+		r.e.busy.Add(-1)
 	}
 }
 
@@ -131,7 +137,7 @@ func (r *runner) run(fresh bool) {
 		e.runnerDone(r, false)
 		return
 	}
-	_, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token, Finish: finish})
+	_, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Finish: finish})
 	switch {
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrRunFinished):
 		e.runnerDone(r, false)
@@ -273,7 +279,7 @@ func (r *runner) flush() {
 		return
 	}
 	events, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
-		RunID: r.id, Token: r.token, Steps: r.steps, Timers: r.timers,
+		RunID: r.id, Token: r.token.Load(), Steps: r.steps, Timers: r.timers,
 	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunFinished) {
@@ -305,8 +311,12 @@ func (r *runner) block() {
 	select {
 	case <-r.wake:
 	case <-r.ctx.Done():
+		select {
+		case <-r.wake:
+		default:
+			r.e.busy.Add(1)
+		}
 	}
-	r.e.busy.Add(1)
 	if r.ctx.Err() != nil {
 		panic(runExit{context.Cause(r.ctx)})
 	}

@@ -17,11 +17,14 @@ type attempt struct {
 	cancel context.CancelCauseFunc
 }
 
-// kick wakes the dispatcher: tasks or timers may be due.
+// kick wakes the dispatcher: tasks or timers may be due. A kick not yet
+// taken counts as busy; the dispatcher inherits the count.
 func (e *Engine) kick() {
+	e.busy.Add(1)
 	select {
 	case e.kickc <- struct{}{}:
 	default:
+		e.busy.Add(-1)
 	}
 }
 
@@ -81,6 +84,7 @@ func (e *Engine) dispatch(ctx context.Context) {
 			return
 		case <-e.kickc:
 			kicked = true
+			e.busy.Add(-1) // the kick's count; the loop adds its own
 		case <-t.C():
 		}
 	}
@@ -162,8 +166,10 @@ func (e *Engine) startAttempt(t *Task) {
 	e.workWG.Add(1)
 	e.mu.Unlock()
 	e.act.Add(1)
+	e.busy.Add(1)
 	go func() {
 		defer e.workWG.Done()
+		defer e.busy.Add(-1)
 		defer e.endAttempt(a)
 		e.runAttempt(actx, a, s)
 	}()
@@ -205,7 +211,11 @@ func (e *Engine) runAttempt(ctx context.Context, a *attempt, s *stepEntry) {
 	if s == nil {
 		err = retry.Permanent(fmt.Errorf("step %s is not registered in this engine", t.Step))
 	} else {
+		e.inStep.Add(1)
+		e.busy.Add(-1)
 		out, err = callStep(ctx, s, t.Input)
+		e.busy.Add(1)
+		e.inStep.Add(-1)
 	}
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, ErrTimeout):

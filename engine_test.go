@@ -1,0 +1,273 @@
+package reprise_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/reprisetest"
+	"reprise/retry"
+)
+
+func countEvents(events []reprise.Event, typ reprise.EventType) int {
+	n := 0
+	for _, ev := range events {
+		if ev.Type == typ {
+			n++
+		}
+	}
+	return n
+}
+
+func TestFlakyStepSucceedsAndWorkflowSeesResult(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	var keys sync.Map
+	flaky := reprise.NewStep("flaky", func(ctx context.Context, n int) (int, error) {
+		info, _ := reprise.StepInfoFrom(ctx)
+		keys.Store(info.IdempotencyKey, true)
+		if calls.Add(1) < 3 {
+			return 0, &typedErr{"NetworkError"}
+		}
+		return n * 2, nil
+	}, reprise.WithPolicyText("[retry: 5, backoff: 1s]"))
+	wf := reprise.NewWorkflow("double", func(ctx context.Context, n int) (int, error) {
+		return reprise.Step(ctx, flaky, n)
+	})
+	env := reprisetest.New(t, nil, wf, flaky)
+	h, err := wf.Start(t.Context(), env.Engine, 21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Wait(h.ID)
+	got, err := h.Result(t.Context())
+	if err != nil || got != 42 {
+		t.Fatalf("result = %v, %v; want 42", got, err)
+	}
+	n := 0
+	keys.Range(func(any, any) bool { n++; return true })
+	if n != 1 {
+		t.Errorf("step saw %d idempotency keys across attempts, want 1", n)
+	}
+	h2 := env.History(h.ID)
+	if c := countEvents(h2, reprise.EventAttemptStarted); c != 3 {
+		t.Errorf("%d attempts, want 3", c)
+	}
+	want := []reprise.EventType{reprise.EventRunStarted, reprise.EventStepScheduled,
+		reprise.EventAttemptStarted, reprise.EventAttemptFailed,
+		reprise.EventAttemptStarted, reprise.EventAttemptFailed,
+		reprise.EventAttemptStarted, reprise.EventStepCompleted, reprise.EventRunCompleted}
+	if len(h2) != len(want) {
+		t.Fatalf("history has %d events, want %d: %+v", len(h2), len(want), h2)
+	}
+	for i, ev := range h2 {
+		if ev.Type != want[i] || ev.Seq != int64(i+1) {
+			t.Errorf("event %d = %s seq %d, want %s seq %d", i, ev.Type, ev.Seq, want[i], i+1)
+		}
+	}
+}
+
+func TestStepErrorIsHandledByWorkflow(t *testing.T) {
+	t.Parallel()
+	charge := reprise.NewStep("charge", func(ctx context.Context, _ string) (string, error) {
+		return "", reprise.Permanent(&typedErr{"CardDeclined"})
+	})
+	refund := reprise.NewStep("compensate", func(ctx context.Context, _ string) (string, error) {
+		return "compensated", nil
+	})
+	wf := reprise.NewWorkflow("order", func(ctx context.Context, _ string) (string, error) {
+		_, err := reprise.Step(ctx, charge, "card")
+		var se *reprise.StepError
+		if !errors.As(err, &se) {
+			return "", errors.New("want a StepError")
+		}
+		if se.Reason != retry.ReasonPermanent || se.Type != "CardDeclined" || se.Attempts != 1 {
+			return "", errors.New("wrong StepError: " + se.Error())
+		}
+		var re *retry.Error
+		if !errors.As(err, &re) || re.Type != "CardDeclined" {
+			return "", errors.New("StepError does not unwrap to its error type")
+		}
+		return reprise.Step(ctx, refund, "card")
+	})
+	env := reprisetest.New(t, nil, wf, charge, refund)
+	h, _ := wf.Start(t.Context(), env.Engine, "x")
+	env.Wait(h.ID)
+	got, err := h.Result(t.Context())
+	if err != nil || got != "compensated" {
+		t.Fatalf("result = %q, %v", got, err)
+	}
+}
+
+func TestPanicsAreFailures(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	boom := reprise.NewStep("boom", func(ctx context.Context, _ int) (int, error) {
+		if calls.Add(1) == 1 {
+			panic("step exploded")
+		}
+		return 7, nil
+	}, reprise.WithPolicy(retry.Attempts(2, retry.None)))
+	wf := reprise.NewWorkflow("panicky", func(ctx context.Context, _ int) (int, error) {
+		n, err := reprise.Step(ctx, boom, 0)
+		if err != nil {
+			return 0, err
+		}
+		panic("workflow exploded after " + string(rune('0'+n)))
+	})
+	env := reprisetest.New(t, nil, wf, boom)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	run := env.Wait(h.ID)
+	if run.Status != reprise.RunFailed || run.Error == nil || run.Error.Type != reprise.TypePanic || !strings.Contains(run.Error.Message, "workflow exploded") {
+		t.Fatalf("run = %+v %+v, want failed with a Panic", run, run.Error)
+	}
+	var stepPanic *reprise.Event
+	for _, ev := range env.History(h.ID) {
+		if ev.Type == reprise.EventAttemptFailed {
+			stepPanic = &ev
+		}
+		if ev.Type == reprise.EventRunFailed && !strings.Contains(ev.Error.Stack, "panicky") && !strings.Contains(ev.Error.Stack, "engine_test.go") {
+			t.Errorf("RunFailed keeps no stack: %q", ev.Error.Stack)
+		}
+	}
+	if stepPanic == nil || stepPanic.Error.Type != reprise.TypePanic || !strings.Contains(stepPanic.Error.Message, "step exploded") {
+		t.Fatalf("step panic recorded as %+v", stepPanic)
+	}
+}
+
+func TestIdempotentStart(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	step := reprise.NewStep("count", func(ctx context.Context, _ int) (int, error) { return int(runs.Add(1)), nil })
+	wf := reprise.NewWorkflow("once", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, step, 0) })
+	env := reprisetest.New(t, nil, wf, step)
+	a, created, err := env.Engine.StartRun(t.Context(), "once", nil, reprise.WithRunID("order-1"))
+	if err != nil || !created {
+		t.Fatal(created, err)
+	}
+	env.Wait("order-1")
+	b, created, err := env.Engine.StartRun(t.Context(), "once", nil, reprise.WithRunID("order-1"))
+	if err != nil || created || b.ID != a.ID || b.Status != reprise.RunCompleted {
+		t.Fatalf("second start: %+v created=%v err=%v", b, created, err)
+	}
+	if runs.Load() != 1 {
+		t.Errorf("step ran %d times, want 1", runs.Load())
+	}
+	if _, _, err := env.Engine.StartRun(t.Context(), "once", nil, reprise.WithRunID("bad id")); err == nil {
+		t.Error("a run id with a space was accepted")
+	}
+}
+
+func TestCancelDuringBackoff(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	step := reprise.NewStep("slow-retry", func(ctx context.Context, _ int) (int, error) {
+		calls.Add(1)
+		return 0, errors.New("down")
+	}, reprise.WithPolicyText("[retry: 3, backoff: 1h]"))
+	wf := reprise.NewWorkflow("cancel-me", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, step, 0) })
+	env := reprisetest.New(t, nil, wf, step)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+	if err := env.Engine.Cancel(t.Context(), h.ID, "user asked"); err != nil {
+		t.Fatal(err)
+	}
+	env.Clock.Advance(2 * time.Hour)
+	run := env.Wait(h.ID)
+	if run.Status != reprise.RunCancelled {
+		t.Fatalf("status %s", run.Status)
+	}
+	if _, err := h.Result(t.Context()); !errors.Is(err, reprise.ErrCancelled) {
+		t.Errorf("Result err = %v, want ErrCancelled", err)
+	}
+	time.Sleep(20 * time.Millisecond) // let a wrongly kept task be claimed
+	if calls.Load() != 1 {
+		t.Errorf("step ran %d times after cancel, want 1", calls.Load())
+	}
+	if err := env.Engine.Cancel(t.Context(), h.ID, ""); !errors.Is(err, reprise.ErrRunFinished) {
+		t.Errorf("second cancel: %v, want ErrRunFinished", err)
+	}
+}
+
+// waitFor polls cond in real time for the engine's goroutines to progress.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var calls atomic.Int32
+	// The first attempt ignores its context and answers after its timeout.
+	stubborn := reprise.NewStep("stubborn", func(ctx context.Context, _ int) (string, error) {
+		if calls.Add(1) == 1 {
+			<-release
+			return "late", nil
+		}
+		return "on time", nil
+	}, reprise.WithPolicyText("[retry: 1, backoff: 1s] [timeout: 10s]"))
+	wf := reprise.NewWorkflow("late", func(ctx context.Context, _ int) (string, error) { return reprise.Step(ctx, stubborn, 0) })
+	env := reprisetest.New(t, nil, wf, stubborn)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	waitFor(t, func() bool { return calls.Load() == 1 })
+	env.Clock.Advance(10 * time.Second) // the attempt's timeout: context cancelled, lease lapses
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+	close(release) // the stale result arrives now
+	env.Wait(h.ID)
+	got, err := h.Result(t.Context())
+	if err != nil || got != "on time" {
+		t.Fatalf("result %q, %v; the late result must not count", got, err)
+	}
+	events := env.History(h.ID)
+	if c := countEvents(events, reprise.EventStepCompleted); c != 1 {
+		t.Errorf("%d StepCompleted, want 1", c)
+	}
+	for _, ev := range events {
+		if ev.Type == reprise.EventAttemptFailed && ev.Error.Type != reprise.TypeTimeout {
+			t.Errorf("first attempt failed with %+v, want Timeout", ev.Error)
+		}
+		if ev.Type == reprise.EventStepCompleted && ev.Attempt != 2 {
+			t.Errorf("completed by attempt %d, want 2", ev.Attempt)
+		}
+	}
+}
+
+func TestNondeterminismFailsTheRun(t *testing.T) {
+	t.Parallel()
+	a := reprise.NewStep("a", func(ctx context.Context, _ int) (int, error) { return 1, nil })
+	b := reprise.NewStep("b", func(ctx context.Context, _ int) (int, error) { return 2, nil })
+	gate := reprise.NewStep("gate", func(ctx context.Context, _ int) (int, error) {
+		return 0, errors.New("not yet")
+	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
+	v1 := reprise.NewWorkflow("evolving", func(ctx context.Context, _ int) (int, error) {
+		reprise.Step(ctx, a, 0)
+		return reprise.Step(ctx, gate, 0)
+	})
+	env := reprisetest.New(t, nil, v1, a, b, gate)
+	h, _ := v1.Start(t.Context(), env.Engine, 0)
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+
+	// A new engine with changed code replays the run from its history.
+	v2 := reprise.NewWorkflow("evolving", func(ctx context.Context, _ int) (int, error) {
+		reprise.Step(ctx, b, 0)
+		return reprise.Step(ctx, gate, 0)
+	})
+	env.Restart(nil, v2, a, b, gate)
+	run := env.Wait(h.ID)
+	if run.Status != reprise.RunFailed || run.Error.Type != reprise.TypeNondeterminism ||
+		!strings.Contains(run.Error.Message, "position 1") || !strings.Contains(run.Error.Message, "step a") || !strings.Contains(run.Error.Message, "step b") {
+		t.Fatalf("run = %s %+v, want a nondeterminism failure naming position 1, a and b", run.Status, run.Error)
+	}
+}

@@ -1,0 +1,164 @@
+// Package reprisetest runs workflows in tests on a real embedded store and a
+// fake clock that jumps ahead whenever the engine is idle, so a test of a
+// policy with hour-long backoffs takes milliseconds and sleeps never.
+package reprisetest
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/sqlite"
+)
+
+// Start is where every Env's clock starts.
+var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// An Env is an engine running on SQLite in a temporary directory with a
+// fake clock. It stops when the test ends.
+type Env struct {
+	Engine *reprise.Engine
+	Clock  *reprise.FakeClock
+	Store  *sqlite.Store
+	t      testing.TB
+	stop   func()
+}
+
+// New starts an engine with the given definitions. cfg may be nil; its
+// Store and Clock are set by New.
+func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
+	t.Helper()
+	clock := reprise.NewFakeClock(Start)
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: clock.Now})
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	env := &Env{Clock: clock, Store: store, t: t}
+	env.start(cfg, defs)
+	t.Cleanup(func() {
+		env.Stop()
+		store.Close()
+	})
+	return env
+}
+
+func (env *Env) start(cfg *reprise.Config, defs []reprise.Definition) {
+	env.t.Helper()
+	var c reprise.Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c.Store, c.Clock = env.Store, env.Clock
+	// Periodic work (polls, renewals, heartbeats) would make the clock
+	// crawl from one to the next; nothing in one process needs it often.
+	for _, d := range []*time.Duration{&c.LeaseTTL, &c.RunLeaseTTL, &c.PollInterval} {
+		if *d == 0 {
+			*d = 24 * time.Hour
+		}
+	}
+	e, err := reprise.New(c)
+	if err != nil {
+		env.t.Fatalf("new engine: %v", err)
+	}
+	if err := e.Register(defs...); err != nil {
+		env.t.Fatalf("register: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	env.Engine = e
+	env.stop = func() {
+		cancel()
+		if err := <-done; err != nil {
+			env.t.Errorf("engine: %v", err)
+		}
+	}
+}
+
+// Stop stops the engine, as a process that shuts down would. It is safe to
+// call more than once.
+func (env *Env) Stop() {
+	if env.stop != nil {
+		env.stop()
+		env.stop = nil
+	}
+}
+
+// Restart stops the engine and starts a new one on the same store and
+// clock, with new definitions: the runs in flight are replayed from their
+// histories by the new code, as after a deploy or a crash.
+func (env *Env) Restart(cfg *reprise.Config, defs ...reprise.Definition) {
+	env.t.Helper()
+	env.Stop()
+	env.start(cfg, defs)
+}
+
+// Wait drives the clock until run id finishes, and returns it. It fails
+// the test if the run can make no more progress or takes more than a
+// minute of real time.
+func (env *Env) Wait(id string) *reprise.Run {
+	env.t.Helper()
+	run, err := env.WaitErr(id)
+	if err != nil {
+		env.t.Fatal(err)
+	}
+	return run
+}
+
+// WaitErr is Wait returning its failure.
+//
+// The clock moves to its next timer only when the engine is idle: no
+// engine goroutine working, no fired timer unhandled, and no progress over
+// a few polls; while an attempt is inside step code (which may be waiting
+// for its timeout) it waits longer for the step to finish by itself.
+func (env *Env) WaitErr(id string) (*reprise.Run, error) {
+	ctx := context.Background()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(500 * time.Microsecond)
+	defer tick.Stop()
+	var last int64 = -1
+	stable := 0
+	for time.Now().Before(deadline) {
+		run, err := env.Store.RunGet(ctx, id)
+		if err != nil {
+			return nil, fmt.Errorf("get run %s: %w", id, err)
+		}
+		if run.Status.Final() {
+			return run, nil
+		}
+		busy, steps, progress := env.Engine.Activity()
+		if busy == 0 && env.Clock.Pending() == 0 && progress == last {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = progress
+		need := 4
+		if steps > 0 {
+			need = 40
+		}
+		if stable >= need {
+			next, ok := env.Clock.Next()
+			if !ok {
+				return nil, fmt.Errorf("run %s is %s and nothing is pending", id, run.Status)
+			}
+			env.Clock.Set(next)
+			stable = 0
+		}
+		<-tick.C
+	}
+	return nil, fmt.Errorf("run %s did not finish within a minute of real time", id)
+}
+
+// History returns a run's history.
+func (env *Env) History(id string) []reprise.Event {
+	env.t.Helper()
+	events, err := env.Engine.History(context.Background(), id)
+	if err != nil {
+		env.t.Fatalf("history of %s: %v", id, err)
+	}
+	return events
+}
