@@ -122,6 +122,9 @@ type Store interface {
 	// oldest ready time first, and appends AttemptStarted for each. A task
 	// is never leased to two claimers at once.
 	TaskClaim(ctx context.Context, p *TaskClaimParams) ([]*Task, error)
+	// TaskGet returns a task as it stands (lease fields included), or
+	// ErrNotFound once it is done or dropped.
+	TaskGet(ctx context.Context, id int64) (*Task, error)
 	// TaskHeartbeat extends a lease, never past the attempt's timeout.
 	TaskHeartbeat(ctx context.Context, p *TaskHeartbeatParams) (time.Time, error)
 	// TaskComplete records an attempt's result: appends StepCompleted and
@@ -250,6 +253,9 @@ type TaskClaimParams struct {
 	Owner string
 	// Steps says how many tasks of each step name to claim at most.
 	Steps []StepQuota
+	// Limit caps the total across Steps, oldest ready first; zero means
+	// the sum of the quotas.
+	Limit int
 	// LeaseTTL is the lease's length; it is cut to the attempt's timeout.
 	LeaseTTL time.Duration
 }
