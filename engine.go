@@ -70,6 +70,7 @@ type Engine struct {
 	mu        sync.Mutex
 	workflows map[string]*workflowEntry
 	steps     map[string]*stepEntry
+	remote    map[string]*stepEntry
 	runners   map[string]*runner
 	waiters   map[string][]chan struct{}
 	attempts  map[int64]*attempt
@@ -136,6 +137,7 @@ func New(cfg Config) (*Engine, error) {
 		policies:  make(map[string]*compiledPolicy),
 		workflows: make(map[string]*workflowEntry),
 		steps:     make(map[string]*stepEntry),
+		remote:    make(map[string]*stepEntry),
 		runners:   make(map[string]*runner),
 		waiters:   make(map[string][]chan struct{}),
 		attempts:  make(map[int64]*attempt),
@@ -211,6 +213,7 @@ func (e *Engine) Register(defs ...Definition) error {
 				continue
 			}
 			e.steps[ent.name] = ent
+			delete(e.remote, ent.name)
 		}
 	}
 	e.kick()
@@ -221,6 +224,9 @@ func (e *Engine) Register(defs ...Definition) error {
 func (e *Engine) policyFor(name string) *compiledPolicy {
 	e.mu.Lock()
 	s := e.steps[name]
+	if s == nil {
+		s = e.remote[name]
+	}
 	e.mu.Unlock()
 	if s != nil && s.cfg.policy != nil {
 		return s.cfg.policy

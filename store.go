@@ -45,15 +45,15 @@ func (s RunStatus) Final() bool {
 
 // A Run is one execution of a workflow.
 type Run struct {
-	ID        string
-	Workflow  string
-	Status    RunStatus
-	Input     json.RawMessage
-	Output    json.RawMessage
-	Error     *ErrorInfo
-	Execution int
-	CreatedAt time.Time
-	UpdatedAt time.Time
+	ID        string          `json:"id"`
+	Workflow  string          `json:"workflow"`
+	Status    RunStatus       `json:"status"`
+	Input     json.RawMessage `json:"input"`
+	Output    json.RawMessage `json:"output,omitempty"`
+	Error     *ErrorInfo      `json:"error,omitempty"`
+	Execution int             `json:"execution"`
+	CreatedAt time.Time       `json:"created_at"`
+	UpdatedAt time.Time       `json:"updated_at"`
 }
 
 // A Task is a step's row in the durable queue: one per step, not per

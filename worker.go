@@ -122,10 +122,9 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 	e.mu.Lock()
 	free := e.cfg.MaxConcurrentSteps - len(e.attempts)
 	var quotas []StepQuota
-	if free > 0 && len(e.steps) > 0 {
-		share := (free + len(e.steps) - 1) / len(e.steps)
+	if free > 0 {
 		for name, s := range e.steps {
-			q := min(share, free)
+			q := free
 			if c := s.cfg.concurrency; c > 0 {
 				q = min(q, c-e.perStep[name])
 			}
@@ -138,7 +137,7 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 	if len(quotas) == 0 {
 		return false
 	}
-	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: e.id, Steps: quotas, LeaseTTL: e.cfg.LeaseTTL})
+	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: e.id, Steps: quotas, Limit: free, LeaseTTL: e.cfg.LeaseTTL})
 	if err != nil {
 		if ctx.Err() == nil {
 			e.log.Warn("claim tasks", "err", err)
@@ -152,7 +151,7 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 	for _, t := range tasks {
 		e.startAttempt(t)
 	}
-	return len(tasks) > 0 && len(tasks) >= want
+	return len(tasks) > 0 && len(tasks) >= min(want, free)
 }
 
 // startAttempt runs one claimed attempt in its own goroutine.

@@ -22,6 +22,12 @@ const usage = `reprise: durable execution with first-class retries
 usage: reprise <command> [arguments]
 
 commands:
+  demo                        run an order workflow whose steps fail, and show its history
+  run WORKFLOW                start a run
+  runs                        list runs
+  show RUN                    show a run
+  history RUN                 show a run's history: every attempt, delay and decision
+  cancel RUN                  cancel a run
   policy check '<policy>'     print a retry policy in its canonical form
   policy explain '<policy>'   show what a policy decides, attempt by attempt
   help                        print this help
@@ -41,6 +47,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch cmd {
 	case "policy":
 		return policyMain(args, stdout, stderr)
+	case "demo":
+		return demoMain(args, stdout, stderr)
+	case "run":
+		return startMain(args, stdout, stderr)
+	case "runs":
+		return runsMain(args, stdout, stderr)
+	case "show":
+		return showMain(args, stdout, stderr)
+	case "history":
+		return historyMain(args, stdout, stderr)
+	case "cancel":
+		return cancelMain(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"reprise"
@@ -106,4 +107,65 @@ var (
 // that opens a demo database, registers.
 func demoDefinitions() []reprise.Definition {
 	return []reprise.Definition{orderWorkflow, reserveStep, chargeStep, shipStep, refundStep, releaseStep}
+}
+
+func demoMain(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("demo", "[--db PATH] [--json]")
+	db := fs.String("db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	asJSON := fs.Bool("json", false, "print the history as JSON instead of a timeline")
+	pos, code, ok := parseArgs(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	store, err := openStore(ctx, *db)
+	if err != nil {
+		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
+		return exitFail
+	}
+	defer store.Close()
+	e, err := reprise.New(reprise.Config{Store: store})
+	if err == nil {
+		err = e.Register(demoDefinitions()...)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
+		return exitFail
+	}
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	fmt.Fprintf(stderr, "reprise demo: running an order workflow on %s; its steps fail the ways real ones do...\n", *db)
+	o := order{ID: "A-1001", Item: "espresso machine", Amount: 24900, Address: "221B Nowhere St"}
+	h, err := orderWorkflow.Start(ctx, e, o)
+	if err != nil {
+		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
+		return exitFail
+	}
+	waitCtx, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	run, err := e.Wait(waitCtx, h.ID)
+	if err != nil {
+		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
+		return exitFail
+	}
+	events, err := e.History(ctx, h.ID)
+	if err != nil {
+		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
+		return exitFail
+	}
+	if *asJSON {
+		return writeJSON(fs, stdout, stderr, map[string]any{"run": run, "events": events})
+	}
+	writeTimeline(stdout, run, events)
+	fmt.Fprintf(stdout, "\nSee it again with: reprise history %s --db %s\n", run.ID, *db)
+	if run.Status != reprise.RunCompleted {
+		return exitFail
+	}
+	return exitOK
 }

@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"reprise"
+)
+
+// runsBackend is what the run commands need, from a database (--db) or
+// from a server (--server).
+type runsBackend interface {
+	StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*reprise.Run, bool, error)
+	ListRuns(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error)
+	GetRun(ctx context.Context, id string) (*reprise.Run, error)
+	History(ctx context.Context, id string) ([]reprise.Event, error)
+	CancelRun(ctx context.Context, id, reason string) error
+	Close() error
+}
+
+// storeBackend runs the commands on a store directly. A run it starts is
+// unowned: the next engine on that database (reprise server) executes it.
+type storeBackend struct{ s reprise.Store }
+
+func (b storeBackend) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*reprise.Run, bool, error) {
+	if id == "" {
+		var r [10]byte
+		rand.Read(r[:])
+		id = "r-" + hex.EncodeToString(r[:])
+	} else if err := reprise.ValidateRunID(id); err != nil {
+		return nil, false, err
+	}
+	lease, created, err := b.s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: workflow, Input: input})
+	return lease.Run, created, err
+}
+
+func (b storeBackend) ListRuns(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error) {
+	return b.s.RunList(ctx, p)
+}
+
+func (b storeBackend) GetRun(ctx context.Context, id string) (*reprise.Run, error) {
+	return b.s.RunGet(ctx, id)
+}
+
+func (b storeBackend) History(ctx context.Context, id string) ([]reprise.Event, error) {
+	return b.s.HistoryList(ctx, &reprise.HistoryListParams{RunID: id})
+}
+
+func (b storeBackend) CancelRun(ctx context.Context, id, reason string) error {
+	_, err := b.s.RunCancel(ctx, &reprise.RunCancelParams{ID: id, Reason: reason})
+	return err
+}
+
+func (b storeBackend) Close() error { return b.s.Close() }
+
+// backendFlags are the flags that say where runs live.
+type backendFlags struct {
+	db     string
+	server string
+	token  string
+}
+
+func (f *backendFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.db, "db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	fs.StringVar(&f.server, "server", "", "a reprise server's URL (instead of --db)")
+	fs.StringVar(&f.token, "token", "", "bearer token for --server (default $REPRISE_TOKEN)")
+}
+
+func (f *backendFlags) open(ctx context.Context) (runsBackend, error) {
+	if f.server != "" {
+		return openServerBackend(f.server, f.token)
+	}
+	s, err := openStore(ctx, f.db)
+	if err != nil {
+		return nil, err
+	}
+	return storeBackend{s}, nil
+}
+
+// runsCommand parses a run command's flags and opens its backend; on
+// failure it returns the exit code.
+func runsCommand(name, synopsis string, args []string, stdout, stderr io.Writer, define func(*flag.FlagSet)) (b runsBackend, fs *flag.FlagSet, pos []string, code int, ok bool) {
+	fs = newFlagSet(name, synopsis)
+	var bf backendFlags
+	bf.register(fs)
+	if define != nil {
+		define(fs)
+	}
+	pos, code, ok = parseArgs(fs, args, stdout, stderr)
+	if !ok {
+		return nil, fs, nil, code, false
+	}
+	b, err := bf.open(context.Background())
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
+		return nil, fs, nil, exitFail, false
+	}
+	return b, fs, pos, exitOK, true
+}
+
+func runsMain(args []string, stdout, stderr io.Writer) int {
+	var status, workflow string
+	var limit int
+	var asJSON bool
+	b, fs, pos, code, ok := runsCommand("runs", "[--status S] [--workflow W] [--limit N] [--json]", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&status, "status", "", "only runs with this status: pending, running, completed, failed, cancelled")
+		fs.StringVar(&workflow, "workflow", "", "only runs of this workflow")
+		fs.IntVar(&limit, "limit", 20, "how many runs to list (1 to 1000)")
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	})
+	if !ok {
+		return code
+	}
+	defer b.Close()
+	if len(pos) > 0 {
+		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
+	}
+	if limit < 1 || limit > 1000 {
+		return usageErrorf(fs, stderr, "--limit %d is out of range (1 to 1000)", limit)
+	}
+	switch reprise.RunStatus(status) {
+	case "", reprise.RunPending, reprise.RunRunning, reprise.RunCompleted, reprise.RunFailed, reprise.RunCancelled:
+	default:
+		return usageErrorf(fs, stderr, "--status %q is not a run status (pending, running, completed, failed, cancelled)", status)
+	}
+	runs, err := b.ListRuns(context.Background(), &reprise.RunListParams{Status: reprise.RunStatus(status), Workflow: workflow, Limit: limit})
+	if err != nil {
+		fmt.Fprintf(stderr, "reprise runs: %v\n", err)
+		return exitFail
+	}
+	if asJSON {
+		return writeJSON(fs, stdout, stderr, runs)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tWORKFLOW\tSTATUS\tCREATED\tUPDATED")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, r.Workflow, r.Status,
+			r.CreatedAt.Local().Format(time.DateTime), r.UpdatedAt.Local().Format(time.DateTime))
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func showMain(args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	b, fs, pos, code, ok := runsCommand("show", "RUN [--json]", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	})
+	if !ok {
+		return code
+	}
+	defer b.Close()
+	if len(pos) != 1 {
+		return usageErrorf(fs, stderr, "want one run id, got %d arguments", len(pos))
+	}
+	run, err := b.GetRun(context.Background(), pos[0])
+	if err != nil {
+		return runError(stderr, "show", pos[0], err)
+	}
+	if asJSON {
+		return writeJSON(fs, stdout, stderr, run)
+	}
+	fmt.Fprintf(stdout, "id        %s\nworkflow  %s\nstatus    %s\ncreated   %s\nupdated   %s\ninput     %s\n",
+		run.ID, run.Workflow, run.Status, run.CreatedAt.Local().Format(time.RFC3339Nano),
+		run.UpdatedAt.Local().Format(time.RFC3339Nano), run.Input)
+	if len(run.Output) > 0 {
+		fmt.Fprintf(stdout, "output    %s\n", run.Output)
+	}
+	if run.Error != nil {
+		fmt.Fprintf(stdout, "error     %s: %s\n", run.Error.Type, run.Error.Message)
+	}
+	return exitOK
+}
+
+func historyMain(args []string, stdout, stderr io.Writer) int {
+	var asJSON bool
+	b, fs, pos, code, ok := runsCommand("history", "RUN [--json]", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print the events as JSON")
+	})
+	if !ok {
+		return code
+	}
+	defer b.Close()
+	if len(pos) != 1 {
+		return usageErrorf(fs, stderr, "want one run id, got %d arguments", len(pos))
+	}
+	ctx := context.Background()
+	run, err := b.GetRun(ctx, pos[0])
+	if err != nil {
+		return runError(stderr, "history", pos[0], err)
+	}
+	events, err := b.History(ctx, pos[0])
+	if err != nil {
+		return runError(stderr, "history", pos[0], err)
+	}
+	if asJSON {
+		return writeJSON(fs, stdout, stderr, map[string]any{"events": events})
+	}
+	writeTimeline(stdout, run, events)
+	return exitOK
+}
+
+func cancelMain(args []string, stdout, stderr io.Writer) int {
+	var reason string
+	b, fs, pos, code, ok := runsCommand("cancel", "RUN [--reason TEXT]", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&reason, "reason", "cancelled from the command line", "why, for the history")
+	})
+	if !ok {
+		return code
+	}
+	defer b.Close()
+	if len(pos) != 1 {
+		return usageErrorf(fs, stderr, "want one run id, got %d arguments", len(pos))
+	}
+	if err := b.CancelRun(context.Background(), pos[0], reason); err != nil {
+		return runError(stderr, "cancel", pos[0], err)
+	}
+	fmt.Fprintf(stdout, "cancelled %s\n", pos[0])
+	return exitOK
+}
+
+func startMain(args []string, stdout, stderr io.Writer) int {
+	var input, id string
+	b, fs, pos, code, ok := runsCommand("run", "WORKFLOW [--input JSON] [--id ID]", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&input, "input", "null", "the run's input, as JSON")
+		fs.StringVar(&id, "id", "", "the run's id; starting an existing id returns that run")
+	})
+	if !ok {
+		return code
+	}
+	defer b.Close()
+	if len(pos) != 1 {
+		return usageErrorf(fs, stderr, "want one workflow name, got %d arguments", len(pos))
+	}
+	if !json.Valid([]byte(input)) {
+		return usageErrorf(fs, stderr, "--input is not valid JSON: %q", clip(input, 40))
+	}
+	run, created, err := b.StartRun(context.Background(), pos[0], json.RawMessage(input), id)
+	if err != nil {
+		fmt.Fprintf(stderr, "reprise run: %v\n", err)
+		return exitFail
+	}
+	verb := "started"
+	if !created {
+		verb = "exists"
+	}
+	fmt.Fprintf(stdout, "%s %s (%s)\n", verb, run.ID, run.Status)
+	return exitOK
+}
+
+func runError(stderr io.Writer, cmd, id string, err error) int {
+	if errors.Is(err, reprise.ErrNotFound) {
+		fmt.Fprintf(stderr, "reprise %s: no run %q\n", cmd, id)
+	} else {
+		fmt.Fprintf(stderr, "reprise %s: %v\n", cmd, err)
+	}
+	return exitFail
+}
+
+// openServerBackend is replaced when the HTTP client lands.
+func openServerBackend(url, token string) (runsBackend, error) {
+	return nil, fmt.Errorf("--server %s: not supported yet; use --db", url)
+}

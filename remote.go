@@ -1,0 +1,109 @@
+package reprise
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"reprise/retry"
+)
+
+// Remote steps run outside this engine: pull workers in any language claim
+// their attempts through the engine (the HTTP API's /v1/tasks endpoints),
+// under the same leases, tokens and policies as local steps.
+
+// RegisterRemoteStep declares a step that remote workers run, with its
+// default policy (nil for the engine's defaults). Registering a name again
+// replaces its policy for steps scheduled afterwards.
+func (e *Engine) RegisterRemoteStep(name string, policy *retry.Policy) error {
+	if name == "" {
+		return errors.New("register remote step: name is empty")
+	}
+	var cp *compiledPolicy
+	if policy != nil {
+		var err error
+		if cp, err = compilePolicy(*policy); err != nil {
+			return fmt.Errorf("register remote step %s: %w", name, err)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.steps, name)
+	e.remote[name] = &stepEntry{name: name, cfg: stepConfig{policy: cp}}
+	return nil
+}
+
+// ClaimTasks leases up to limit ready tasks of the named steps to worker,
+// starting an attempt of each.
+func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, limit int) ([]*Task, error) {
+	if worker == "" || len(steps) == 0 || limit <= 0 {
+		return nil, errors.New("claim tasks: need a worker, step names and a positive limit")
+	}
+	quotas := make([]StepQuota, len(steps))
+	for i, s := range steps {
+		quotas[i] = StepQuota{Name: s, Limit: limit}
+	}
+	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: worker, Steps: quotas, Limit: limit, LeaseTTL: e.cfg.LeaseTTL})
+	if err != nil {
+		return nil, fmt.Errorf("claim tasks: %w", err)
+	}
+	e.act.Add(int64(len(tasks)))
+	return tasks, nil
+}
+
+// CompleteTask records a remote attempt's result. A stale token or lapsed
+// lease gives ErrLeaseLost and changes nothing.
+func (e *Engine) CompleteTask(ctx context.Context, taskID, token int64, output json.RawMessage) error {
+	if len(output) == 0 {
+		output = json.RawMessage("null")
+	}
+	o, err := e.store.TaskComplete(ctx, &TaskCompleteParams{TaskID: taskID, Token: token, Output: output})
+	if err != nil {
+		return fmt.Errorf("complete task %d: %w", taskID, err)
+	}
+	e.deliver(o)
+	return nil
+}
+
+// FailTask records a remote attempt's failure and applies the step's
+// policy to it. err is typically a *retry.Error built from the worker's
+// report. A stale token or lapsed lease gives ErrLeaseLost.
+func (e *Engine) FailTask(ctx context.Context, taskID, token int64, err error) error {
+	t, gerr := e.leasedTask(ctx, taskID, token)
+	if gerr != nil {
+		return gerr
+	}
+	pol, perr := e.decodePolicy(t.Policy)
+	if perr != nil {
+		err = retry.Permanent(perr)
+	}
+	o, serr := e.store.TaskFail(ctx, e.failParams(t, err, pol, false))
+	if serr != nil {
+		return fmt.Errorf("fail task %d: %w", taskID, serr)
+	}
+	e.deliver(o)
+	return nil
+}
+
+// HeartbeatTask extends a remote attempt's lease.
+func (e *Engine) HeartbeatTask(ctx context.Context, taskID, token int64) (Task, error) {
+	until, err := e.store.TaskHeartbeat(ctx, &TaskHeartbeatParams{TaskID: taskID, Token: token, LeaseTTL: e.cfg.LeaseTTL})
+	if err != nil {
+		return Task{}, fmt.Errorf("heartbeat task %d: %w", taskID, err)
+	}
+	return Task{ID: taskID, Token: token, LeaseUntil: until}, nil
+}
+
+// leasedTask returns the task a remote worker holds; the decision needs its
+// attempt, start times and policy.
+func (e *Engine) leasedTask(ctx context.Context, taskID, token int64) (*Task, error) {
+	t, err := e.store.TaskGet(ctx, taskID)
+	if errors.Is(err, ErrNotFound) || (err == nil && t.Token != token) {
+		return nil, fmt.Errorf("task %d: %w", taskID, ErrLeaseLost)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("task %d: %w", taskID, err)
+	}
+	return t, nil
+}
