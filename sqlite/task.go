@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"reprise"
@@ -41,39 +42,61 @@ func scanTask(row scanner) (*reprise.Task, int64, error) {
 	return &t, readyAt, nil
 }
 
-// claimTasksSQL leases the ready tasks of one step: a new attempt, a new
-// token, and a lease cut to the attempt's timeout.
-const claimTasksSQL = `
-	UPDATE tasks SET
-		attempt = attempt + 1,
-		token = token + 1,
-		owner = ?1,
-		started_at = ?2,
-		first_started_at = coalesce(first_started_at, ?2),
-		lease_until = ?2 + CASE WHEN timeout > 0 AND timeout < ?3 THEN timeout ELSE ?3 END
-	WHERE id IN (
-		SELECT id FROM tasks
-		WHERE step = ?4 AND lease_until IS NULL AND ready_at <= ?2
-		ORDER BY ready_at, id LIMIT ?5)
-	RETURNING ` + taskColumns
+// claimTasksSQL returns the statement that leases the oldest ready tasks
+// of n step names, each up to its quota and all up to a total: a new
+// attempt, a new token, and a lease cut to the attempt's timeout. Its
+// parameters are the owner, now, the lease TTL, the total, then each step
+// name and quota.
+func claimTasksSQL(n int) string {
+	steps := make([]string, n)
+	for i := range steps {
+		steps[i] = fmt.Sprintf(`
+			SELECT * FROM (
+				SELECT id, ready_at FROM tasks
+				WHERE step = ?%d AND lease_until IS NULL AND ready_at <= ?2
+				ORDER BY ready_at, id LIMIT ?%d)`, 5+2*i, 6+2*i)
+	}
+	return `
+		UPDATE tasks SET
+			attempt = attempt + 1,
+			token = token + 1,
+			owner = ?1,
+			started_at = ?2,
+			first_started_at = coalesce(first_started_at, ?2),
+			lease_until = ?2 + CASE WHEN timeout > 0 AND timeout < ?3 THEN timeout ELSE ?3 END
+		WHERE id IN (
+			SELECT id FROM (` + strings.Join(steps, " UNION ALL ") + `)
+			ORDER BY ready_at, id LIMIT ?4)
+		RETURNING ` + taskColumns
+}
 
-// TaskClaim leases ready tasks, up to each step's quota, and appends
-// AttemptStarted for each.
+// TaskClaim leases the oldest ready tasks, up to each step's quota and the
+// total limit, and appends AttemptStarted for each.
 func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*reprise.Task, error) {
+	var quotas []reprise.StepQuota
+	total := 0
+	for _, q := range p.Steps {
+		if q.Limit > 0 {
+			quotas = append(quotas, q)
+			total += q.Limit
+		}
+	}
+	if p.Limit > 0 {
+		total = min(total, p.Limit)
+	}
+	if total == 0 {
+		return nil, nil
+	}
+	query := claimTasksSQL(len(quotas))
 	var tasks []*reprise.Task
 	err := s.write(ctx, func(tx *wtx) error {
-		tasks = tasks[:0]
-		for _, q := range p.Steps {
-			if q.Limit <= 0 {
-				continue
-			}
-			claimed, err := tx.claimStep(p, q)
-			if err != nil {
-				return err
-			}
-			tasks = append(tasks, claimed...)
+		args := []any{p.Owner, tx.nanos, int64(p.LeaseTTL), total}
+		for _, q := range quotas {
+			args = append(args, q.Name, q.Limit)
 		}
-		return nil
+		var err error
+		tasks, err = tx.claim(query, p.Owner, args)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
@@ -81,8 +104,10 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 	return tasks, nil
 }
 
-func (tx *wtx) claimStep(p *reprise.TaskClaimParams, q reprise.StepQuota) ([]*reprise.Task, error) {
-	rows, err := tx.QueryContext(tx.ctx, claimTasksSQL, p.Owner, tx.nanos, int64(p.LeaseTTL), q.Name, q.Limit)
+// claim runs a claim statement and appends AttemptStarted for each task
+// it leased, oldest ready first.
+func (tx *wtx) claim(query, owner string, args []any) ([]*reprise.Task, error) {
+	rows, err := tx.QueryContext(tx.ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +136,7 @@ func (tx *wtx) claimStep(p *reprise.TaskClaimParams, q reprise.StepQuota) ([]*re
 		t := c.task
 		err := tx.appendEvent(t.RunID, &reprise.Event{
 			Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
-			Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
+			Attempt: t.Attempt, Worker: owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
 		})
 		if err != nil {
 			return nil, err
@@ -119,6 +144,23 @@ func (tx *wtx) claimStep(p *reprise.TaskClaimParams, q reprise.StepQuota) ([]*re
 		tasks[i] = t
 	}
 	return tasks, nil
+}
+
+// TaskGet returns a task as it stands.
+func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
+	var task *reprise.Task
+	err := s.read(ctx, func(q querier, _ time.Time) error {
+		t, _, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return reprise.ErrNotFound
+		}
+		task = t
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get task %d: %w", id, err)
+	}
+	return task, nil
 }
 
 // TaskHeartbeat extends a live lease to now+LeaseTTL, never past the

@@ -3,6 +3,7 @@ package storetest
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -85,6 +86,46 @@ func testTaskClaim(t *testing.T, open Open) {
 		f.claimOne("charge")
 		f.claimOne("email")
 		f.claimNone("ship")
+	})
+
+	t.Run("LimitCapsTheTotalOldestFirst", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("early", newStep(1, "charge"), newStep(2, "charge"), newStep(3, "ship"), newStep(4, "ship"))
+		f.clock.Advance(time.Second)
+		f.schedule("late", newStep(5, "charge"), newStep(6, "ship"))
+		f.clock.Advance(time.Second)
+
+		claim := func(limit int, quotas ...reprise.StepQuota) []string {
+			t.Helper()
+			tasks, err := f.store.TaskClaim(t.Context(), &reprise.TaskClaimParams{
+				Owner: worker, Steps: quotas, Limit: limit, LeaseTTL: minute,
+			})
+			if err != nil {
+				t.Fatalf("TaskClaim: %v", err)
+			}
+			var got []string
+			for _, task := range tasks {
+				got = append(got, fmt.Sprintf("%s/%d", task.Step, task.Position))
+			}
+			return got
+		}
+		got := claim(3, reprise.StepQuota{Name: "charge", Limit: 2}, reprise.StepQuota{Name: "ship", Limit: 5})
+		if want := []string{"charge/1", "charge/2", "ship/3"}; !slices.Equal(got, want) {
+			t.Fatalf("Limit 3 claimed %v, want %v", got, want)
+		}
+		// Zero: the sum of the quotas. The oldest come first whatever the step.
+		got = claim(0, reprise.StepQuota{Name: "charge", Limit: 5}, reprise.StepQuota{Name: "ship", Limit: 1})
+		if want := []string{"ship/4", "charge/5"}; !slices.Equal(got, want) {
+			t.Fatalf("Limit 0 claimed %v, want %v", got, want)
+		}
+		for i, e := range f.last("late", 1) {
+			if e.Type != reprise.EventAttemptStarted || e.Position != 5 {
+				t.Fatalf("late's event %d = %s, want AttemptStarted of position 5", i, dump([]reprise.Event{e}))
+			}
+		}
+		f.claimOne("ship")
 	})
 
 	t.Run("OrdersByReadyTimeThenID", func(t *testing.T) {
@@ -219,6 +260,73 @@ func testTaskClaim(t *testing.T, open Open) {
 			}
 		}
 	})
+}
+
+func testTaskGet(t *testing.T, open Open) {
+	get := func(f *fixture, id int64) *reprise.Task {
+		f.t.Helper()
+		task, err := f.store.TaskGet(f.t.Context(), id)
+		if err != nil {
+			f.t.Fatalf("TaskGet(%d): %v", id, err)
+		}
+		return task
+	}
+
+	t.Run("ReturnsTheTaskAsItStands", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		s := withTimeout(newStep(1, "charge"), time.Hour)
+		f.schedule("run-1", s)
+		claimed := f.claimOne("charge")
+		if got := get(f, claimed.ID); !reflect.DeepEqual(normTask(got), normTask(claimed)) {
+			t.Fatalf("TaskGet of a leased task = %+v, want %+v", got, claimed)
+		}
+
+		// Retried: not leased, attempt count kept.
+		f.clock.Advance(time.Second)
+		f.retry(claimed, time.Minute)
+		got := get(f, claimed.ID)
+		if got.RunID != "run-1" || got.Execution != 1 || got.Position != 1 || got.Step != "charge" ||
+			got.IdempotencyKey != s.IdempotencyKey || got.Timeout != time.Hour || got.Attempt != 1 || !got.LeaseUntil.IsZero() {
+			t.Fatalf("TaskGet of a retried task = %+v", got)
+		}
+		requireJSON(t, "Input", got.Input, s.Input)
+		requireJSON(t, "Policy", got.Policy, s.Policy)
+		requireTime(t, "FirstStartedAt", got.FirstStartedAt, claimed.FirstStartedAt)
+	})
+
+	t.Run("DoneOrDroppedIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		_, err := f.store.TaskGet(t.Context(), 12345)
+		requireErr(t, err, reprise.ErrNotFound)
+
+		f.schedule("run-1", newStep(1, "charge"), newStep(2, "ship"))
+		done := f.claimOne("charge")
+		f.complete(done)
+		_, err = f.store.TaskGet(t.Context(), done.ID)
+		requireErr(t, err, reprise.ErrNotFound)
+
+		dropped := f.claimOne("ship")
+		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-1"}); err != nil {
+			t.Fatalf("RunCancel: %v", err)
+		}
+		_, err = f.store.TaskGet(t.Context(), dropped.ID)
+		requireErr(t, err, reprise.ErrNotFound)
+	})
+}
+
+// normTask makes equal tasks deeply equal.
+func normTask(t *reprise.Task) reprise.Task {
+	n := *t
+	n.LeaseUntil = normTime(n.LeaseUntil)
+	n.StartedAt = normTime(n.StartedAt)
+	n.FirstStartedAt = normTime(n.FirstStartedAt)
+	n.Input = normJSON(n.Input)
+	n.Policy = normJSON(n.Policy)
+	return n
 }
 
 func testTaskHeartbeat(t *testing.T, open Open) {
