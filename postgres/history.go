@@ -156,12 +156,3 @@ func (a *appender) eventsOf(h *runHead) []reprise.Event {
 	}
 	return es
 }
-
-// sendBatch sends b on tx and reads every result, so that the first failing
-// statement's error is returned.
-func sendBatch(ctx context.Context, tx pgx.Tx, b *pgx.Batch) error {
-	if b.Len() == 0 {
-		return nil
-	}
-	return tx.SendBatch(ctx, b).Close()
-}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,10 +35,11 @@ const (
 
 // A Notice tells a listener that something in the store may want its
 // attention. Notices are hints that save polling, never a record: a store
-// sends each one in the transaction that makes it true, so a notice is
-// delivered only after its change is visible, but a notice can be lost
-// (then NoticeResync follows), and several identical notices of one
-// transaction arrive as one. An engine still claims on a timer.
+// sends one only after the transaction that made it true has committed, so
+// the change is visible when the notice arrives, but a notice can be lost
+// (a crash right after the commit; the listener's connection dropping, after
+// which NoticeResync follows), and identical notices sent close together
+// may arrive as one. An engine still claims on a timer.
 type Notice struct {
 	Kind     NoticeKind `json:"kind"`
 	RunID    string     `json:"run_id,omitempty"`
@@ -47,18 +49,90 @@ type Notice struct {
 	At       time.Time  `json:"at,omitzero"`
 }
 
+// An outbox holds the notices of one transaction until it commits.
+type outbox []Notice
+
+func (o *outbox) add(n Notice) { *o = append(*o, n) }
+
 // maxPayload keeps a notice below PostgreSQL's 8000-byte limit.
 const maxPayload = 7900
 
-// notify queues on b a NOTIFY of n on the store's channel. A notice whose
-// ids would not fit is sent with its kind alone, which a listener reads as
-// "something of this kind happened".
-func (s *Store) notify(b *pgx.Batch, n Notice) {
-	payload, err := json.Marshal(n)
-	if err != nil || len(payload) > maxPayload {
-		payload, _ = json.Marshal(Notice{Kind: n.Kind})
+// payload encodes n for NOTIFY. A notice whose ids would not fit is sent
+// with its kind alone, which a listener reads as "something of this kind
+// happened".
+func payload(n Notice) string {
+	b, err := json.Marshal(n)
+	if err != nil || len(b) > maxPayload {
+		b, _ = json.Marshal(Notice{Kind: n.Kind})
 	}
-	b.Queue(`SELECT pg_notify($1, $2)`, s.channel, string(payload))
+	return string(b)
+}
+
+// A notifier sends the notices of committed transactions. NOTIFY takes a
+// database-wide lock from its transaction's commit until the commit is
+// durable, so a NOTIFY in every transaction would serialize all commits on
+// the disk's flush. Instead, committed notices are queued and one goroutine
+// at a time sends all that are queued in a single transaction that does not
+// wait for its flush: notices are hints, and losing one in a crash costs a
+// poll, not a run.
+type notifier struct {
+	mu       sync.Mutex
+	pending  []string
+	queued   map[string]bool
+	flushing bool
+	wg       sync.WaitGroup
+}
+
+// publish queues the notices of a committed transaction and starts a
+// flush unless one is running.
+func (s *Store) publish(out outbox) {
+	if len(out) == 0 {
+		return
+	}
+	n := &s.notifier
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.queued == nil {
+		n.queued = map[string]bool{}
+	}
+	for _, notice := range out {
+		p := payload(notice)
+		if !n.queued[p] {
+			n.queued[p] = true
+			n.pending = append(n.pending, p)
+		}
+	}
+	if !n.flushing {
+		n.flushing = true
+		n.wg.Add(1)
+		go s.flush()
+	}
+}
+
+// flush sends queued notices until none are left.
+func (s *Store) flush() {
+	n := &s.notifier
+	defer n.wg.Done()
+	for {
+		n.mu.Lock()
+		batch := n.pending
+		n.pending, n.queued = nil, nil
+		if len(batch) == 0 {
+			n.flushing = false
+			n.mu.Unlock()
+			return
+		}
+		n.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := s.pool.Exec(ctx, `
+			SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, payload)
+			FROM unnest($2::text[]) AS payload`,
+			s.channel, batch)
+		cancel()
+		if err != nil {
+			s.log.Warn("postgres notices lost", "count", len(batch), "err", err)
+		}
+	}
 }
 
 // channelName is the NOTIFY channel of the store in schema: one per schema,

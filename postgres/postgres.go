@@ -55,6 +55,8 @@ type Store struct {
 	channel string
 	now     func() time.Time
 	log     *slog.Logger
+
+	notifier notifier
 }
 
 // Open connects to the database at dsn (a postgres:// URL or a key=value
@@ -123,8 +125,9 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 	return cfg, o, nil
 }
 
-// Close closes the store's connections.
+// Close sends the notices still queued and closes the store's connections.
 func (s *Store) Close() error {
+	s.notifier.wg.Wait()
 	s.pool.Close()
 	return nil
 }
@@ -137,11 +140,6 @@ func (s *Store) clock() any {
 		return nil
 	}
 	return s.now().Truncate(time.Microsecond).UTC()
-}
-
-// tx runs fn in a transaction and commits it when fn returns nil.
-func (s *Store) tx(ctx context.Context, fn func(pgx.Tx) error) error {
-	return pgx.BeginFunc(ctx, s.pool, fn)
 }
 
 // advisoryKey turns a name into a key for pg_advisory_xact_lock.

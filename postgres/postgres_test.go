@@ -16,6 +16,7 @@ import (
 
 	"reprise"
 	"reprise/postgres"
+	"reprise/storetest"
 )
 
 // testDSN returns the test server's address, or skips the test.
@@ -35,16 +36,19 @@ var schemaSeq atomic.Int64
 // when the test ends.
 func testSchema(t testing.TB) (dsn, schema string) {
 	t.Helper()
+	dsn, schema = newSchema(t)
+	if _, err := connect(t, dsn).Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
+		t.Fatal(err)
+	}
+	return dsn, schema
+}
+
+// newSchema names a schema for the test, which does not exist yet, and
+// drops it, if it does, when the test ends.
+func newSchema(t testing.TB) (dsn, schema string) {
+	t.Helper()
 	dsn = testDSN(t)
 	schema = fmt.Sprintf("reprise_test_%d_%d", time.Now().UnixNano()%1e9, schemaSeq.Add(1))
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA "+schema); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		conn, err := pgx.Connect(context.Background(), dsn)
 		if err != nil {
@@ -52,11 +56,22 @@ func testSchema(t testing.TB) (dsn, schema string) {
 			return
 		}
 		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
 			t.Error(err)
 		}
 	})
 	return dsn, schema
+}
+
+// connect opens a plain connection for the test's own statements.
+func connect(t testing.TB, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
 }
 
 // openStore opens a store on a schema of the test's own; now nil uses the
@@ -244,4 +259,12 @@ func TestLifecycle(t *testing.T) {
 	if _, err := s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "nope"}); !errors.Is(err, reprise.ErrNotFound) {
 		t.Errorf("history of no run: %v", err)
 	}
+}
+
+// TestStore runs the conformance suite, each test on a schema of its own.
+func TestStore(t *testing.T) {
+	testDSN(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) reprise.Store {
+		return openStore(t, now)
+	})
 }

@@ -62,7 +62,7 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		lease   reprise.RunLease
 		created bool
 	)
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		run, err := scanRun(tx.QueryRow(ctx, `
 			INSERT INTO reprise_run (id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at)
 			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,
@@ -86,13 +86,10 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		if err := a.add(h, reprise.Event{Type: reprise.EventRunStarted, Workflow: p.Workflow, Input: p.Input}); err != nil {
 			return err
 		}
-		var b pgx.Batch
-		a.queue(&b)
+		b := &tx.writes
+		a.queue(b)
 		if p.Owner == "" {
-			s.notify(&b, Notice{Kind: NoticeRunReady, RunID: run.ID, Workflow: run.Workflow})
-		}
-		if err := sendBatch(ctx, tx, &b); err != nil {
-			return err
+			tx.out.add(Notice{Kind: NoticeRunReady, RunID: run.ID, Workflow: run.Workflow})
 		}
 		run.UpdatedAt = h.updatedAt
 		lease.Run = run
@@ -222,7 +219,7 @@ func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 
 // lockRun locks a run's row for appending to its history, and returns its
 // head, token, status and the store's time.
-func lockRun(ctx context.Context, tx pgx.Tx, clock any, id string) (h *runHead, token int64, status reprise.RunStatus, now time.Time, err error) {
+func lockRun(ctx context.Context, tx *txn, clock any, id string) (h *runHead, token int64, status reprise.RunStatus, now time.Time, err error) {
 	h = &runHead{id: id}
 	var st string
 	err = tx.QueryRow(ctx, `
@@ -242,34 +239,31 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) ([]
 		return nil, fmt.Errorf("advance run %q: finish with status %q: not an end state", p.RunID, p.Finish.Status)
 	}
 	var events []reprise.Event
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		h, token, status, now, err := lockRun(ctx, tx, s.clock(), p.RunID)
 		if err != nil {
 			return err
 		}
-		if token != p.Token {
-			return reprise.ErrLeaseLost
-		}
 		if status.Final() {
 			return reprise.ErrRunFinished
 		}
+		if token != p.Token {
+			return reprise.ErrLeaseLost
+		}
 		a := newAppender(now)
-		var b pgx.Batch
-		if err := s.schedule(a, &b, h, p.Steps, p.Timers, p.Finish != nil); err != nil {
+		b := &tx.writes
+		if err := schedule(a, b, &tx.out, h, p.Steps, p.Timers, p.Finish != nil); err != nil {
 			return err
 		}
 		if p.Finish == nil {
 			b.Queue(`UPDATE reprise_run SET status = 'running', last_seq = $2, updated_at = $3 WHERE id = $1`,
 				h.id, h.lastSeq, h.updatedAt)
-		} else if err := h.finish(a, &b, p.Finish); err != nil {
+		} else if err := h.finish(a, b, p.Finish); err != nil {
 			return err
 		}
-		a.queueEvents(&b)
+		a.queueEvents(b)
 		if p.Finish != nil && h.owner != "" {
-			s.notify(&b, Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
-		}
-		if err := sendBatch(ctx, tx, &b); err != nil {
-			return err
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
 		}
 		events = a.events
 		return nil
@@ -283,7 +277,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) ([]
 // schedule appends StepScheduled and TimerScheduled in position order and
 // queues the tasks and timers they start, unless the run finishes in the
 // same advance: then they are only recorded.
-func (s *Store) schedule(a *appender, b *pgx.Batch, h *runHead, steps []reprise.StepSpec, timers []reprise.TimerSpec, finishing bool) error {
+func schedule(a *appender, b *pgx.Batch, out *outbox, h *runHead, steps []reprise.StepSpec, timers []reprise.TimerSpec, finishing bool) error {
 	type item struct {
 		step  *reprise.StepSpec
 		timer *reprise.TimerSpec
@@ -329,7 +323,7 @@ func (s *Store) schedule(a *appender, b *pgx.Batch, h *runHead, steps []reprise.
 			tTimeout = append(tTimeout, st.Timeout)
 			if !finishing && !notified[name] {
 				notified[name] = true
-				s.notify(b, Notice{Kind: NoticeTaskReady, Step: name, At: a.now})
+				out.add(Notice{Kind: NoticeTaskReady, Step: name, At: a.now})
 			}
 			continue
 		}
@@ -407,7 +401,7 @@ func (h *runHead) end(b *pgx.Batch, status reprise.RunStatus, output json.RawMes
 // drops its tasks and timers.
 func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
 	var run *reprise.Run
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		h, _, status, now, err := lockRun(ctx, tx, s.clock(), p.ID)
 		if err != nil {
 			return err
@@ -419,19 +413,19 @@ func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*rep
 		if err := a.add(h, reprise.Event{Type: reprise.EventRunCancelled, Reason: p.Reason}); err != nil {
 			return err
 		}
-		var b pgx.Batch
-		if err := h.end(&b, reprise.RunCancelled, nil, nil); err != nil {
+		b := &tx.writes
+		if err := h.end(b, reprise.RunCancelled, nil, nil); err != nil {
 			return err
 		}
-		a.queueEvents(&b)
+		a.queueEvents(b)
 		if h.owner != "" {
-			s.notify(&b, Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
 		}
 		b.Queue(`SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, h.id).QueryRow(func(row pgx.Row) error {
 			run, err = scanRun(row)
 			return err
 		})
-		return sendBatch(ctx, tx, &b)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel run %q: %w", p.ID, err)

@@ -32,8 +32,9 @@ func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
 	return &t, nil
 }
 
-// TaskClaim leases up to each quota's limit of ready tasks of its step,
-// earliest ready first, and appends AttemptStarted for each.
+// TaskClaim leases up to each quota's limit of ready tasks of its step, and
+// up to p.Limit in all, earliest ready first, and appends AttemptStarted for
+// each.
 //
 // Tasks and their runs are locked with SKIP LOCKED, so a claim never waits:
 // a task whose run another transaction holds (say, one recording a sibling
@@ -54,8 +55,14 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 	if len(steps) == 0 {
 		return nil, nil
 	}
+	total := p.Limit
+	if total <= 0 {
+		for _, l := range limits {
+			total += int(l)
+		}
+	}
 	var tasks []*reprise.Task
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		rows, err := tx.Query(ctx, `
 			WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
 			picked AS (
@@ -65,7 +72,9 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 					WHERE step = q.step AND owner = '' AND ready_at <= c.now
 					ORDER BY ready_at, id
 					LIMIT q.lim
-					FOR UPDATE SKIP LOCKED) x),
+					FOR UPDATE SKIP LOCKED) x
+				ORDER BY picked_ready, picked_id
+				LIMIT $4),
 			runs AS (
 				SELECT id AS head_id, last_seq, updated_at FROM reprise_run
 				WHERE id IN (SELECT picked_run FROM picked)
@@ -77,7 +86,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 				JOIN runs ON head_id = picked_run,
 				c
 			ORDER BY picked_ready, picked_id`,
-			s.clock(), steps, limits)
+			s.clock(), steps, limits, total)
 		if err != nil {
 			return err
 		}
@@ -123,20 +132,33 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 				return err
 			}
 		}
-		var b pgx.Batch
+		b := &tx.writes
 		b.Queue(`
 			UPDATE reprise_task SET attempt = attempt + 1, token = token + 1, owner = $1,
 				started_at = $2, first_started_at = coalesce(first_started_at, $2), lease_until = l.lease_until
 			FROM unnest($3::bigint[], $4::timestamptz[]) AS l(task_id, lease_until)
 			WHERE id = l.task_id`,
 			p.Owner, now, ids, leases)
-		a.queue(&b)
-		return sendBatch(ctx, tx, &b)
+		a.queue(b)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return tasks, nil
+}
+
+// TaskGet returns a task as it stands, or ErrNotFound once it is done or
+// dropped.
+func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
+	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM reprise_task WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("get task %d: %w", id, reprise.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get task %d: %w", id, err)
+	}
+	return t, nil
 }
 
 // TaskHeartbeat extends a live lease to p.LeaseTTL from now, never past the
@@ -179,7 +201,7 @@ type leasedTask struct {
 // lockTask locks a task's run and then the task, the order every writer
 // that holds both keeps, and checks the lease: token, held, and lapsed or
 // not as expired says. Anything else is ErrLeaseLost.
-func lockTask(ctx context.Context, tx pgx.Tx, clock any, id, token int64, expired bool) (*leasedTask, error) {
+func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired bool) (*leasedTask, error) {
 	t := leasedTask{id: id, run: &runHead{}}
 	err := tx.QueryRow(ctx, `
 		WITH r AS (
@@ -211,7 +233,7 @@ func lockTask(ctx context.Context, tx pgx.Tx, clock any, id, token int64, expire
 // removes the task.
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var o *reprise.Outcome
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, false)
 		if err != nil {
 			return err
@@ -224,13 +246,10 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 		if err != nil {
 			return err
 		}
-		var b pgx.Batch
+		b := &tx.writes
 		b.Queue(`DELETE FROM reprise_task WHERE id = $1`, t.id)
-		a.queue(&b)
-		s.notify(&b, Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
-		if err := sendBatch(ctx, tx, &b); err != nil {
-			return err
-		}
+		a.queue(b)
+		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
 	})
@@ -245,7 +264,7 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 // StepFailed and removes it.
 func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
 	var o *reprise.Outcome
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Expired)
 		if err != nil {
 			return err
@@ -256,7 +275,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			Type: reprise.EventAttemptFailed, Execution: t.execution, Position: t.position, Step: t.step,
 			Attempt: t.attempt, Error: &errInfo, Rule: p.Rule,
 		}
-		var b pgx.Batch
+		b := &tx.writes
 		if p.Retry {
 			failed.Delay = p.Delay
 			failed.RetryAt = t.now.Add(p.Delay).Truncate(time.Microsecond)
@@ -265,7 +284,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			}
 			b.Queue(`UPDATE reprise_task SET owner = '', lease_until = NULL, ready_at = $2 WHERE id = $1`,
 				t.id, failed.RetryAt)
-			s.notify(&b, Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
+			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
 		} else {
 			failed.Reason = p.Reason
 			if err := a.add(t.run, failed); err != nil {
@@ -279,12 +298,9 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				return err
 			}
 			b.Queue(`DELETE FROM reprise_task WHERE id = $1`, t.id)
-			s.notify(&b, Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
 		}
-		a.queue(&b)
-		if err := sendBatch(ctx, tx, &b); err != nil {
-			return err
-		}
+		a.queue(b)
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
 	})

@@ -19,7 +19,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		limit = 100
 	}
 	var outcomes []*reprise.Outcome
-	err := s.tx(ctx, func(tx pgx.Tx) error {
+	err := s.tx(ctx, func(tx *txn) error {
 		rows, err := tx.Query(ctx, `
 			WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
 			due AS (
@@ -41,6 +41,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		if err != nil {
 			return err
 		}
+		defer rows.Close()
 		type due struct {
 			id    int64
 			head  *runHead
@@ -60,7 +61,6 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 			err := rows.Scan(&d.id, &d.event.Execution, &d.event.Position,
 				&h.id, &h.execution, &h.lastSeq, &h.updatedAt, &h.owner, &now)
 			if err != nil {
-				rows.Close()
 				return err
 			}
 			if heads[h.id] == nil {
@@ -70,6 +70,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 			d.head = heads[h.id]
 			timers = append(timers, d)
 		}
+		rows.Close()
 		if err := rows.Err(); err != nil || len(timers) == 0 {
 			return err
 		}
@@ -81,14 +82,14 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 				return err
 			}
 		}
-		var b pgx.Batch
+		b := &tx.writes
 		b.Queue(`DELETE FROM reprise_timer WHERE id = ANY($1)`, ids)
-		a.queue(&b)
+		a.queue(b)
 		for _, h := range order {
-			s.notify(&b, Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
 			outcomes = append(outcomes, &reprise.Outcome{RunID: h.id, Owner: h.owner, Events: a.eventsOf(h)})
 		}
-		return sendBatch(ctx, tx, &b)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("fire timers: %w", err)

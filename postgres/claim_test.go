@@ -1,0 +1,167 @@
+package postgres_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/postgres"
+)
+
+// openPools opens n stores, each with a pool of its own, on one schema, as
+// n engine processes would.
+func openPools(t *testing.T, n int) []*postgres.Store {
+	t.Helper()
+	dsn, schema := testSchema(t)
+	stores := make([]*postgres.Store, n)
+	var wg sync.WaitGroup
+	for i := range stores {
+		wg.Go(func() { stores[i] = openOn(t, dsn, &postgres.Options{Schema: schema, MaxConns: 4}) })
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return stores
+}
+
+// TestClaimRace has claimers on separate pools race for the same tasks and
+// runs: every task is claimed and completed exactly once, and every run is
+// claimed by exactly one of them.
+func TestClaimRace(t *testing.T) {
+	t.Parallel()
+	stores := openPools(t, 4)
+	ctx := t.Context()
+	const (
+		runs  = 20
+		steps = 15
+	)
+	for r := range runs {
+		id := fmt.Sprintf("run-%02d", r)
+		lease, _, err := stores[0].RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e0", LeaseTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		specs := make([]reprise.StepSpec, steps)
+		for i := range specs {
+			specs[i] = reprise.StepSpec{Position: i + 1, Name: "s", IdempotencyKey: fmt.Sprintf("%s-%d", id, i)}
+		}
+		if _, err := stores[0].RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: id, Token: lease.Token, Steps: specs}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	var (
+		mu        sync.Mutex
+		completed = map[int64]string{}
+		dup       []string
+	)
+	deadline := time.Now().Add(30 * time.Second)
+	var wg sync.WaitGroup
+	for i, s := range stores {
+		for j := range 2 {
+			owner := fmt.Sprintf("w%d-%d", i, j)
+			wg.Go(func() {
+				for time.Now().Before(deadline) {
+					mu.Lock()
+					done := len(completed) == runs*steps
+					mu.Unlock()
+					if done {
+						return
+					}
+					tasks, err := s.TaskClaim(ctx, &reprise.TaskClaimParams{
+						Owner: owner, Steps: []reprise.StepQuota{{Name: "s", Limit: 7}}, LeaseTTL: time.Hour,
+					})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for _, task := range tasks {
+						if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token}); err != nil {
+							t.Errorf("complete task %d claimed by %s: %v", task.ID, owner, err)
+							continue
+						}
+						mu.Lock()
+						if prev, ok := completed[task.ID]; ok {
+							dup = append(dup, fmt.Sprintf("task %d by %s and %s", task.ID, prev, owner))
+						}
+						completed[task.ID] = owner
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if len(dup) > 0 {
+		t.Errorf("claimed twice: %v", dup)
+	}
+	if len(completed) != runs*steps {
+		t.Fatalf("completed %d tasks, want %d", len(completed), runs*steps)
+	}
+	for r := range runs {
+		history, err := stores[1].HistoryList(ctx, &reprise.HistoryListParams{RunID: fmt.Sprintf("run-%02d", r)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		count := map[reprise.EventType]int{}
+		for i, e := range history {
+			count[e.Type]++
+			if e.Seq != int64(i+1) {
+				t.Fatalf("run %d: event %d has seq %d", r, i, e.Seq)
+			}
+		}
+		if count[reprise.EventAttemptStarted] != steps || count[reprise.EventStepCompleted] != steps {
+			t.Errorf("run %d: %v", r, count)
+		}
+	}
+
+	// Runs nobody owns: each is claimed by one of the racing engines.
+	const free = 50
+	for r := range free {
+		if _, _, err := stores[0].RunCreate(ctx, &reprise.RunCreateParams{ID: fmt.Sprintf("free-%02d", r), Workflow: "wf"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	owners := make(map[string]string)
+	for i, s := range stores {
+		wg.Go(func() {
+			for {
+				leases, err := s.RunClaim(ctx, &reprise.RunClaimParams{Owner: fmt.Sprintf("e%d", i), Limit: 3, LeaseTTL: time.Hour})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(leases) == 0 {
+					return
+				}
+				mu.Lock()
+				for _, l := range leases {
+					if prev, ok := owners[l.Run.ID]; ok {
+						t.Errorf("run %s claimed by e%d and %s", l.Run.ID, i, prev)
+					}
+					owners[l.Run.ID] = fmt.Sprintf("e%d", i)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	// A claimer may stop early when the rows it saw were all taken; what
+	// is left is claimed now.
+	rest, err := stores[0].RunClaim(ctx, &reprise.RunClaimParams{Owner: "last", Limit: free, LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range rest {
+		if prev, ok := owners[l.Run.ID]; ok {
+			t.Errorf("run %s claimed by last and %s", l.Run.ID, prev)
+		}
+		owners[l.Run.ID] = "last"
+	}
+	if len(owners) != free {
+		t.Errorf("%d runs claimed, want %d", len(owners), free)
+	}
+}

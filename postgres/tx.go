@@ -1,0 +1,125 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// A txn is one transition's transaction. It reads with Query and QueryRow,
+// and collects its writes in a batch and its notices in an outbox; BEGIN
+// travels with the first read and COMMIT with the writes, so that a
+// transition costs two round trips to the server: read and lock, then
+// write and commit.
+type txn struct {
+	conn   *pgxpool.Conn
+	begun  bool
+	writes pgx.Batch
+	out    outbox
+}
+
+// tx runs fn in a transaction and, when fn returns nil, sends its writes
+// and commits; then it publishes fn's notices. On an error the transaction
+// is rolled back and nothing is published.
+func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	// A connection left inside a transaction is closed, not reused.
+	defer conn.Release()
+	t := &txn{conn: conn}
+	if err = fn(t); err == nil {
+		if !t.begun {
+			t.writes.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, t.writes.QueuedQueries...)
+		}
+		t.writes.Queue("COMMIT")
+		err = conn.SendBatch(ctx, &t.writes).Close()
+	}
+	if err != nil {
+		if conn.Conn().PgConn().TxStatus() != 'I' {
+			rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			_, _ = conn.Exec(rbCtx, "ROLLBACK")
+			cancel()
+		}
+		return err
+	}
+	s.publish(t.out)
+	return nil
+}
+
+// Query runs a read in the transaction, beginning it if this is the first.
+func (t *txn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.begun {
+		return t.conn.Query(ctx, sql, args...)
+	}
+	t.begun = true
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(sql, args...)
+	br := t.conn.SendBatch(ctx, &b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	rows, err := br.Query()
+	if err != nil {
+		br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// QueryRow is Query for one row; no row is pgx.ErrNoRows.
+func (t *txn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	rows, err := t.Query(ctx, sql, args...)
+	return &firstRow{rows: rows, err: err}
+}
+
+// batchRows are the rows of the first read; closing them ends the batch
+// that carried BEGIN.
+type batchRows struct {
+	pgx.Rows
+	br  pgx.BatchResults
+	err error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	r.err = r.br.Close()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.err
+}
+
+// firstRow scans the first of rows.
+type firstRow struct {
+	rows pgx.Rows
+	err  error
+}
+
+func (r *firstRow) Scan(dest ...any) error {
+	if r.err != nil {
+		return r.err
+	}
+	defer r.rows.Close()
+	if !r.rows.Next() {
+		r.rows.Close()
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
