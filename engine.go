@@ -291,7 +291,7 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	}
 	e.mu.Unlock()
 	if wf == nil {
-		return nil, false, fmt.Errorf("start run: workflow %q is not registered", workflow)
+		return nil, false, fmt.Errorf("start run: workflow %q: %w", workflow, ErrNotRegistered)
 	}
 	lease, created, err := e.store.RunCreate(ctx, &RunCreateParams{
 		ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL,

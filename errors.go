@@ -19,6 +19,9 @@ var (
 	ErrTimeout = errors.New("attempt timed out")
 )
 
+// ErrNotRegistered: StartRun names a workflow this engine does not have.
+var ErrNotRegistered = errors.New("not registered")
+
 // Error types the engine itself gives to failed attempts and runs.
 const (
 	TypeTimeout          = "Timeout"
