@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"reprise/retry"
@@ -256,34 +257,39 @@ func callStep(ctx context.Context, s *stepEntry, input json.RawMessage) (out jso
 	return s.run(ctx, input)
 }
 
-// heartbeat renews the attempt's lease until stopped; a lost lease cancels
-// the attempt with cause ErrLeaseLost.
+// heartbeat renews the attempt's lease every LeaseTTL/3 until stopped; a
+// lost lease cancels the attempt with cause ErrLeaseLost. It runs on clock
+// callbacks, so an attempt shorter than that costs no goroutine.
 func (e *Engine) heartbeat(a *attempt) (stop func()) {
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		every := max(e.cfg.LeaseTTL/3, time.Millisecond)
-		t := e.clock.NewTimer(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C():
-			}
-			_, err := e.store.TaskHeartbeat(e.storeCtx, &TaskHeartbeatParams{TaskID: a.task.ID, Token: a.task.Token, LeaseTTL: e.cfg.LeaseTTL})
-			if errors.Is(err, ErrLeaseLost) {
-				a.cancel(ErrLeaseLost)
-				return
-			}
-			if err != nil {
-				e.log.Warn("heartbeat", "run_id", a.task.RunID, "step", a.task.Step, "err", err)
-			}
-			t.Reset(every)
+	every := max(e.cfg.LeaseTTL/3, time.Millisecond)
+	var mu sync.Mutex
+	stopped := false
+	var t Timer
+	var renew func()
+	renew = func() {
+		_, err := e.store.TaskHeartbeat(e.storeCtx, &TaskHeartbeatParams{TaskID: a.task.ID, Token: a.task.Token, LeaseTTL: e.cfg.LeaseTTL})
+		if errors.Is(err, ErrLeaseLost) {
+			a.cancel(ErrLeaseLost)
+			return
 		}
-	}()
-	return func() { close(done); <-finished }
+		if err != nil {
+			e.log.Warn("heartbeat", "run_id", a.task.RunID, "step", a.task.Step, "err", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t = e.clock.AfterFunc(every, renew)
+		}
+	}
+	mu.Lock()
+	t = e.clock.AfterFunc(every, renew)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // finishAttempt records the attempt's outcome and tells the run.

@@ -109,25 +109,45 @@ func (env *Env) Wait(id string) *reprise.Run {
 }
 
 // WaitErr is Wait returning its failure.
-//
-// The clock moves to its next timer only when the engine is idle: no
-// engine goroutine working, no fired timer unhandled, and no progress over
-// a few polls; while an attempt is inside step code (which may be waiting
-// for its timeout) it waits longer for the step to finish by itself.
 func (env *Env) WaitErr(id string) (*reprise.Run, error) {
-	ctx := context.Background()
+	var run *reprise.Run
+	err := env.driveUntil(func() (bool, error) {
+		var err error
+		run, err = env.Store.RunGet(context.Background(), id)
+		if err != nil {
+			return false, fmt.Errorf("get run %s: %w", id, err)
+		}
+		return run.Status.Final(), nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	return run, nil
+}
+
+// AdvanceUntil drives the clock, as Wait does, until cond holds.
+func (env *Env) AdvanceUntil(cond func() bool) {
+	env.t.Helper()
+	if err := env.driveUntil(func() (bool, error) { return cond(), nil }); err != nil {
+		env.t.Fatal(err)
+	}
+}
+
+// driveUntil moves the clock to its next timer whenever the engine is idle,
+// until done says so. Idle means: no engine goroutine working, no fired
+// timer unhandled, and no progress over a few polls; while an attempt is
+// inside step code (which may be waiting for its timeout) it waits longer
+// for the step to finish by itself.
+func (env *Env) driveUntil(done func() (bool, error)) error {
 	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(500 * time.Microsecond)
 	defer tick.Stop()
 	var last int64 = -1
 	stable := 0
 	for time.Now().Before(deadline) {
-		run, err := env.Store.RunGet(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("get run %s: %w", id, err)
-		}
-		if run.Status.Final() {
-			return run, nil
+		ok, err := done()
+		if err != nil || ok {
+			return err
 		}
 		busy, steps, progress := env.Engine.Activity()
 		if busy == 0 && env.Clock.Pending() == 0 && progress == last {
@@ -143,14 +163,14 @@ func (env *Env) WaitErr(id string) (*reprise.Run, error) {
 		if stable >= need {
 			next, ok := env.Clock.Next()
 			if !ok {
-				return nil, fmt.Errorf("run %s is %s and nothing is pending", id, run.Status)
+				return fmt.Errorf("nothing is pending and the condition does not hold")
 			}
 			env.Clock.Set(next)
 			stable = 0
 		}
 		<-tick.C
 	}
-	return nil, fmt.Errorf("run %s did not finish within a minute of real time", id)
+	return fmt.Errorf("condition not met within a minute of real time")
 }
 
 // History returns a run's history.

@@ -1,0 +1,214 @@
+package reprise_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/reprisetest"
+	"reprise/retry"
+)
+
+// gauge tracks how many callers are inside at once, and the most ever.
+type gauge struct{ now, peak atomic.Int32 }
+
+func (g *gauge) enter() {
+	n := g.now.Add(1)
+	for {
+		p := g.peak.Load()
+		if n <= p || g.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (g *gauge) exit() { g.now.Add(-1) }
+
+func TestConcurrencyLimits(t *testing.T) {
+	t.Parallel()
+	var limited, all gauge
+	work := func(g ...*gauge) func(context.Context, int) (int, error) {
+		return func(ctx context.Context, n int) (int, error) {
+			for _, x := range g {
+				x.enter()
+			}
+			time.Sleep(5 * time.Millisecond)
+			for _, x := range g {
+				x.exit()
+			}
+			return n, nil
+		}
+	}
+	narrow := reprise.NewStep("narrow", work(&limited, &all), reprise.WithConcurrency(2))
+	wide := reprise.NewStep("wide", work(&all))
+	wf := reprise.NewWorkflow("fan-out", func(ctx context.Context, _ int) (int, error) {
+		var fs []*reprise.Future[int]
+		for i := range 12 {
+			fs = append(fs, reprise.Go(ctx, narrow, i), reprise.Go(ctx, wide, i))
+		}
+		sum := 0
+		for _, f := range fs {
+			n, err := f.Get(ctx)
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	})
+	env := reprisetest.New(t, &reprise.Config{MaxConcurrentSteps: 5}, wf, narrow, wide)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	env.Wait(h.ID)
+	if sum, err := h.Result(t.Context()); err != nil || sum != 2*66 {
+		t.Fatalf("result %d, %v", sum, err)
+	}
+	if p := limited.peak.Load(); p > 2 || p < 1 {
+		t.Errorf("narrow ran %d at once, limit 2", p)
+	}
+	if p := all.peak.Load(); p > 5 || p < 3 {
+		t.Errorf("%d steps ran at once, engine limit 5", p)
+	}
+}
+
+// TestSelectReplaysTheSameWinner: a timer beats a step; the step completes
+// later; after a restart the workflow replays from a history holding both
+// outcomes and must take the timer's branch again.
+func TestSelectReplaysTheSameWinner(t *testing.T) {
+	t.Parallel()
+	slow := reprise.NewStep("slow", func(ctx context.Context, _ int) (string, error) {
+		info, _ := reprise.StepInfoFrom(ctx)
+		if info.Attempt == 1 {
+			return "", errors.New("try again in 10s")
+		}
+		return "step", nil
+	}, reprise.WithPolicyText("[retry: 1, backoff: 10s, backoff_kind: fixed]"))
+	var gateCalls atomic.Int32
+	gate := reprise.NewStep("gate", func(ctx context.Context, _ int) (string, error) {
+		if gateCalls.Add(1) == 1 {
+			return "", errors.New("closed")
+		}
+		return "open", nil
+	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
+	var branches atomic.Int32
+	wf := reprise.NewWorkflow("race", func(ctx context.Context, _ int) (string, error) {
+		f := reprise.Go(ctx, slow, 0)
+		timer := reprise.After(ctx, 5*time.Second)
+		winner := "timer"
+		if reprise.Select(ctx, f, timer) == 0 {
+			winner = "step"
+		}
+		branches.Add(1)
+		at := reprise.Now(ctx).Sub(reprisetest.Start)
+		if _, err := reprise.Step(ctx, gate, 0); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s won at +%v", winner, at), nil
+	})
+	env := reprisetest.New(t, nil, wf, slow, gate)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	// Let the timer win, then the step complete, while the gate waits an hour.
+	env.AdvanceUntil(func() bool {
+		return gateCalls.Load() == 1 && countEvents(env.History(h.ID), reprise.EventStepCompleted) == 1
+	})
+	env.Restart(nil, wf, slow, gate)
+	env.Wait(h.ID)
+	got, err := h.Result(t.Context())
+	if err != nil || got[:9] != "timer won" {
+		t.Fatalf("result %q, %v; the replay must pick the timer again", got, err)
+	}
+	if branches.Load() != 2 {
+		t.Errorf("the code after the select ran %d times, want 2 (live, then replay)", branches.Load())
+	}
+	// Now() is the time of the last consumed event, the same on replay.
+	if got != "timer won at +5s" {
+		t.Errorf("result %q, want the timer's time", got)
+	}
+}
+
+func TestShutdownGraceThenRetryAfterRestart(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	var causes atomic.Value
+	hang := reprise.NewStep("hang", func(ctx context.Context, _ int) (string, error) {
+		info, _ := reprise.StepInfoFrom(ctx)
+		if info.Attempt == 1 {
+			started <- struct{}{}
+			<-ctx.Done()
+			causes.Store(context.Cause(ctx))
+			return "", context.Cause(ctx)
+		}
+		return "second attempt", nil
+	}, reprise.WithPolicyText("[retry: 2, backoff: 1s]"))
+	wf := reprise.NewWorkflow("shutdown", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Step(ctx, hang, 0)
+	})
+	cfg := &reprise.Config{ShutdownGrace: 10 * time.Millisecond, LeaseTTL: time.Minute}
+	env := reprisetest.New(t, cfg, wf, hang)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	<-started
+	env.Stop()
+	if c, _ := causes.Load().(error); !errors.Is(c, reprise.ErrShutdown) {
+		t.Fatalf("attempt cancelled with cause %v, want ErrShutdown", c)
+	}
+	if n := countEvents(env.History(h.ID), reprise.EventAttemptFailed); n != 0 {
+		t.Fatalf("shutdown recorded %d failures; the lease should just lapse", n)
+	}
+	env.Restart(cfg, wf, hang)
+	run := env.Wait(h.ID)
+	if run.Status != reprise.RunCompleted {
+		t.Fatalf("run %s", run.Status)
+	}
+	var failed *reprise.Event
+	for _, ev := range env.History(h.ID) {
+		if ev.Type == reprise.EventAttemptFailed {
+			failed = &ev
+		}
+	}
+	if failed == nil || failed.Error.Type != reprise.TypeTimeout || failed.RetryAt.IsZero() {
+		t.Fatalf("the lapsed lease was recorded as %+v, want a Timeout and a retry", failed)
+	}
+}
+
+func TestPerNameDefaultPolicies(t *testing.T) {
+	t.Parallel()
+	fail := func(ctx context.Context, _ int) (int, error) { return 0, errors.New("no") }
+	chat := reprise.NewStep("llm.chat", fail)
+	embed := reprise.NewStep("llm.embed", fail)
+	tool := reprise.NewStep("tool.search", fail)
+	other := reprise.NewStep("other", fail)
+	wf := reprise.NewWorkflow("defaults", func(ctx context.Context, _ int) (int, error) {
+		reprise.Step(ctx, chat, 0)
+		reprise.Step(ctx, embed, 0)
+		reprise.Step(ctx, tool, 0)
+		reprise.Step(ctx, other, 0)
+		reprise.Step(ctx, tool, 0, reprise.WithPolicy(retry.Never)) // the call site wins
+		return 0, nil
+	})
+	def := retry.Attempts(1, retry.None)
+	env := reprisetest.New(t, &reprise.Config{
+		DefaultPolicy: &def,
+		Policies: map[string]retry.Policy{
+			"llm.*":    retry.Attempts(3, retry.None),
+			"llm.chat": retry.Attempts(4, retry.None),
+			"tool.*":   retry.Attempts(2, retry.None),
+		},
+	}, wf, chat, embed, tool, other)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	env.Wait(h.ID)
+	want := map[int]int{1: 4, 2: 3, 3: 2, 4: 1, 5: 1}
+	got := map[int]int{}
+	for _, ev := range env.History(h.ID) {
+		if ev.Type == reprise.EventStepFailed {
+			got[ev.Position] = ev.Attempt
+		}
+	}
+	for pos, n := range want {
+		if got[pos] != n {
+			t.Errorf("position %d made %d attempts, want %d", pos, got[pos], n)
+		}
+	}
+}
