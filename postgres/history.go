@@ -107,32 +107,12 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 	return nil
 }
 
-// queue adds to b the statements that store the events and advance the
+// queue adds to b the statement that stores the events and advances the
 // runs' heads.
 func (a *appender) queue(b *pgx.Batch) {
 	if len(a.events) == 0 {
 		return
 	}
-	a.queueEvents(b)
-	a.queueHeads(b)
-}
-
-// queueEvents adds to b the statement that stores the events, for a caller
-// that updates the run's row itself (see runHead.set).
-func (a *appender) queueEvents(b *pgx.Batch) {
-	if len(a.events) == 0 {
-		return
-	}
-	b.Queue(`
-		INSERT INTO reprise_event (run_id, seq, type, execution, at, data)
-		SELECT run_id, seq, type, execution, at, data::json
-		FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::text[])
-			AS e(run_id, seq, type, execution, at, data)`,
-		a.runID, a.seq, a.typ, a.execution, a.at, a.data)
-}
-
-// queueHeads adds to b the statement that advances the runs' heads.
-func (a *appender) queueHeads(b *pgx.Batch) {
 	ids := make([]string, len(a.heads))
 	seqs := make([]int64, len(a.heads))
 	ats := make([]time.Time, len(a.heads))
@@ -140,11 +120,28 @@ func (a *appender) queueHeads(b *pgx.Batch) {
 		ids[i], seqs[i], ats[i] = h.id, h.lastSeq, h.updatedAt
 	}
 	b.Queue(`
+		WITH appended AS (`+insertEvents+`)
 		UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
-		FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS h(id, last_seq, updated_at)
+		FROM unnest($7::text[], $8::bigint[], $9::timestamptz[]) AS h(id, last_seq, updated_at)
 		WHERE r.id = h.id`,
-		ids, seqs, ats)
+		a.runID, a.seq, a.typ, a.execution, a.at, a.data, ids, seqs, ats)
 }
+
+// queueEvents adds to b the statement that stores the events, for a caller
+// that updates the runs' heads itself.
+func (a *appender) queueEvents(b *pgx.Batch) {
+	if len(a.events) == 0 {
+		return
+	}
+	b.Queue(insertEvents, a.runID, a.seq, a.typ, a.execution, a.at, a.data)
+}
+
+// insertEvents stores an appender's events.
+const insertEvents = `
+	INSERT INTO reprise_event (run_id, seq, type, execution, at, data)
+	SELECT run_id, seq, type, execution, at, data::json
+	FROM unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::timestamptz[], $6::text[])
+		AS e(run_id, seq, type, execution, at, data)`
 
 // eventsOf returns the events a added for h.
 func (a *appender) eventsOf(h *runHead) []reprise.Event {

@@ -152,3 +152,49 @@ func TestListenSchemas(t *testing.T) {
 		t.Errorf("heard %+v from another schema", n)
 	}
 }
+
+// TestConnectionLoss kills every connection of a store, its listener's
+// included, as a server restart does: calls fail for a moment and then work
+// again on new connections, and the listener comes back.
+func TestConnectionLoss(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	app := "reprise_" + schema
+	s := openOn(t, dsn+"&application_name="+app, &postgres.Options{Schema: schema})
+	ctx := t.Context()
+	notices := listen(t, s)
+	awaitResync(t, notices)
+	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var killed int
+	if err := connect(t, dsn).QueryRow(ctx, `
+		SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&killed); err != nil || killed < 2 {
+		t.Fatalf("terminate the store's connections: %v, %d killed", err, killed)
+	}
+	awaitResync(t, notices)
+
+	advance := func() error {
+		_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r", Token: lease.Token,
+			Steps: []reprise.StepSpec{{Position: 1, Name: "a", IdempotencyKey: "k"}}})
+		return err
+	}
+	failures := 0
+	for err := advance(); err != nil; err = advance() {
+		// A call on a connection that died fails once; each retry takes
+		// another pooled connection, or a new one.
+		if failures++; failures > 10 {
+			t.Fatalf("still failing after %d tries: %v", failures, err)
+		}
+	}
+	if n := next(t, notices); n.Kind != postgres.NoticeTaskReady || n.Step != "a" {
+		t.Errorf("after reconnecting: %+v", n)
+	}
+	history, err := s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r"})
+	if err != nil || types(history) != "RunStarted StepScheduled" {
+		t.Fatalf("history after reconnecting: %v %s", err, types(history))
+	}
+	t.Logf("%d calls failed before one worked", failures)
+}

@@ -66,7 +66,7 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		run, err := scanRun(tx.QueryRow(ctx, `
 			INSERT INTO reprise_run (id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at)
 			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,
-				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 0, c.now, c.now
+				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now
 			FROM (SELECT coalesce($1::timestamptz, now()) AS now) c
 			ON CONFLICT (id) DO NOTHING
 			RETURNING `+runColumns+`, token`,
@@ -86,8 +86,9 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		if err := a.add(h, reprise.Event{Type: reprise.EventRunStarted, Workflow: p.Workflow, Input: p.Input}); err != nil {
 			return err
 		}
+		// The row already says last_seq 1, for RunStarted.
 		b := &tx.writes
-		a.queue(b)
+		a.queueEvents(b)
 		if p.Owner == "" {
 			tx.out.add(Notice{Kind: NoticeRunReady, RunID: run.ID, Workflow: run.Workflow})
 		}

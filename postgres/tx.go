@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -24,10 +25,28 @@ type txn struct {
 // tx runs fn in a transaction and, when fn returns nil, sends its writes
 // and commits; then it publishes fn's notices. On an error the transaction
 // is rolled back and nothing is published.
+//
+// When the connection breaks before COMMIT is sent (a server restart, a
+// pooled connection that died while idle), nothing was committed, so tx
+// runs fn again on another connection, up to three times in all. A break
+// after COMMIT was sent is returned as it is: the transition may or may not
+// have committed, which the caller learns from the run's state.
 func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
+	for try := 1; ; try++ {
+		retry, err := s.try(ctx, fn)
+		if !retry || try == 3 || ctx.Err() != nil {
+			return err
+		}
+		s.log.Debug("postgres connection broke; trying the transaction again", "err", err)
+	}
+}
+
+// try is one try of tx. retry reports that the connection broke before
+// COMMIT was sent, so that fn may run again.
+func (s *Store) try(ctx context.Context, fn func(*txn) error) (retry bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	// A connection left inside a transaction is closed, not reused.
 	defer conn.Release()
@@ -37,18 +56,24 @@ func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 			t.writes.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, t.writes.QueuedQueries...)
 		}
 		t.writes.Queue("COMMIT")
-		err = conn.SendBatch(ctx, &t.writes).Close()
-	}
-	if err != nil {
-		if conn.Conn().PgConn().TxStatus() != 'I' {
-			rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			_, _ = conn.Exec(rbCtx, "ROLLBACK")
-			cancel()
+		if err = conn.SendBatch(ctx, &t.writes).Close(); err != nil {
+			return pgconn.SafeToRetry(err), s.abort(ctx, conn, err)
 		}
-		return err
+		s.publish(t.out)
+		return false, nil
 	}
-	s.publish(t.out)
-	return nil
+	return conn.Conn().IsClosed(), s.abort(ctx, conn, err)
+}
+
+// abort rolls back the transaction conn is in, if it is in one, and
+// returns err.
+func (s *Store) abort(ctx context.Context, conn *pgxpool.Conn, err error) error {
+	if !conn.Conn().IsClosed() && conn.Conn().PgConn().TxStatus() != 'I' {
+		rbCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = conn.Exec(rbCtx, "ROLLBACK")
+		cancel()
+	}
+	return err
 }
 
 // Query runs a read in the transaction, beginning it if this is the first.
