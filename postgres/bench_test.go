@@ -11,22 +11,36 @@ import (
 	"reprise/postgres"
 )
 
-// BenchmarkStore runs whole store cycles in parallel on the database clock:
-// create a run, schedule one step, claim it, complete it, finish the run.
-// Each cycle is five transactions and appends six events. It reports
-// runs/s and, counting every transaction, tx/s.
+// BenchmarkStore runs whole store cycles in parallel (8 goroutines per
+// CPU) on the database clock: create a run, schedule one step, claim it,
+// fail it failures times with a zero backoff, claim and complete it, finish
+// the run. It reports runs/s, attempts/s and transactions/s.
+//
+//	REPRISE_TEST_POSTGRES=postgres://... go test -run '^$' -bench Store ./postgres
 func BenchmarkStore(b *testing.B) {
+	b.Run("ok", func(b *testing.B) { benchmarkStore(b, 0) })
+	b.Run("fail_twice", func(b *testing.B) { benchmarkStore(b, 2) })
+}
+
+func benchmarkStore(b *testing.B, failures int) {
 	dsn, schema := testSchema(b)
 	s := openOn(b, dsn, &postgres.Options{Schema: schema, MaxConns: 32})
 	ctx := b.Context()
 	var goroutines atomic.Int64
-	b.SetParallelism(benchPar)
+	b.SetParallelism(8)
 	b.ResetTimer()
 	start := time.Now()
 	b.RunParallel(func(pb *testing.PB) {
 		g := goroutines.Add(1)
 		owner := fmt.Sprintf("engine-%d", g)
 		step := fmt.Sprintf("step-%d", g) // each goroutine claims its own steps
+		claim := func() *reprise.Task {
+			tasks, err := s.TaskClaim(ctx, &reprise.TaskClaimParams{Owner: owner, Steps: []reprise.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute})
+			if err != nil || len(tasks) != 1 {
+				b.Fatalf("claim: %v, %d tasks", err, len(tasks))
+			}
+			return tasks[0]
+		}
 		for i := 0; pb.Next(); i++ {
 			id := fmt.Sprintf("%s-%d", owner, i)
 			lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{
@@ -41,11 +55,15 @@ func BenchmarkStore(b *testing.B) {
 			}}}); err != nil {
 				b.Fatal(err)
 			}
-			tasks, err := s.TaskClaim(ctx, &reprise.TaskClaimParams{Owner: owner, Steps: []reprise.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute})
-			if err != nil || len(tasks) != 1 {
-				b.Fatalf("claim: %v, %d tasks", err, len(tasks))
+			for range failures {
+				task := claim()
+				if _, err := s.TaskFail(ctx, &reprise.TaskFailParams{TaskID: task.ID, Token: task.Token,
+					Error: reprise.ErrorInfo{Type: "Flaky", Message: "try again"}, Retry: true, Rule: "[retry: 3]"}); err != nil {
+					b.Fatal(err)
+				}
 			}
-			if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks[0].ID, Token: tasks[0].Token, Output: json.RawMessage(`{"ok":true}`)}); err != nil {
+			task := claim()
+			if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token, Output: json.RawMessage(`{"ok":true}`)}); err != nil {
 				b.Fatal(err)
 			}
 			if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: id, Token: lease.Token,
@@ -55,8 +73,8 @@ func BenchmarkStore(b *testing.B) {
 		}
 	})
 	elapsed := time.Since(start).Seconds()
-	b.ReportMetric(float64(b.N)/elapsed, "runs/s")
-	b.ReportMetric(5*float64(b.N)/elapsed, "tx/s")
+	runs := float64(b.N) / elapsed
+	b.ReportMetric(runs, "runs/s")
+	b.ReportMetric(runs*float64(1+failures), "attempts/s")
+	b.ReportMetric(runs*float64(5+2*failures), "tx/s")
 }
-
-var benchPar = 8
