@@ -1,0 +1,294 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"reprise"
+	"reprise/httpstep"
+)
+
+// A Client calls a reprise server's API. Its errors for answers other than
+// 2xx are *Problem, which match reprise.ErrNotFound, ErrLeaseLost and
+// ErrRunFinished with errors.Is. It is safe for concurrent use.
+type Client struct {
+	base  string
+	token string
+	// HTTP sends the requests. Default: a client of its own with pooled
+	// connections and no overall timeout (long-polls set their own).
+	HTTP *http.Client
+}
+
+// NewClient returns a client of the server at baseURL
+// ("http://127.0.0.1:7420"), sending token as a bearer token when it is
+// not empty.
+func NewClient(baseURL, token string) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("server url: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("server url %q: want http://HOST:PORT or https://HOST:PORT", baseURL)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	return &Client{base: strings.TrimSuffix(u.String(), "/"), token: token, HTTP: &http.Client{Transport: t}}, nil
+}
+
+// Close closes the client's idle connections.
+func (c *Client) Close() error {
+	c.HTTP.CloseIdleConnections()
+	return nil
+}
+
+// do sends a request with body in (nil for none) and decodes a 2xx answer
+// into out (nil to discard it); it returns the status.
+func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return 0, fmt.Errorf("%s %s: encode: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return resp.StatusCode, fmt.Errorf("%s %s: %w", method, path, readProblem(resp))
+	}
+	if out != nil {
+		if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+			return resp.StatusCode, fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+		}
+	}
+	return resp.StatusCode, nil
+}
+
+// readProblem reads an error answer: a problem document, or whatever
+// a proxy in between said.
+func readProblem(resp *http.Response) *Problem {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var p Problem
+	if json.Unmarshal(b, &p) == nil && p.Status != 0 && p.Type != "" {
+		return &p
+	}
+	return &Problem{Type: "about:blank", Title: http.StatusText(resp.StatusCode), Status: resp.StatusCode,
+		Detail: strings.TrimSpace(string(b[:min(len(b), 512)]))}
+}
+
+// StartRun starts a run of workflow with input (nil for null) and id
+// (empty for one the server picks). created is false when a run with that
+// id existed; it is returned and nothing new starts.
+func (c *Client) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (run *reprise.Run, created bool, err error) {
+	return c.start(ctx, startRequest{Workflow: workflow, Input: input, ID: id})
+}
+
+// StartStep starts a one-step run of the registered step.
+func (c *Client) StartStep(ctx context.Context, step string, input json.RawMessage, id string) (run *reprise.Run, created bool, err error) {
+	return c.start(ctx, startRequest{Step: step, Input: input, ID: id})
+}
+
+func (c *Client) start(ctx context.Context, req startRequest) (*reprise.Run, bool, error) {
+	var run reprise.Run
+	status, err := c.do(ctx, "POST", "/v1/runs", req, &run)
+	if err != nil {
+		return nil, false, err
+	}
+	return fromWire(&run), status == http.StatusCreated, nil
+}
+
+// ListRuns lists one page of runs, newest first; p.Before is the cursor.
+func (c *Client) ListRuns(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error) {
+	runs, _, err := c.ListRunsPage(ctx, p)
+	return runs, err
+}
+
+// ListRunsPage lists one page of runs and returns the cursor of the next
+// (empty on the last page): pass it as p.Before.
+func (c *Client) ListRunsPage(ctx context.Context, p *reprise.RunListParams) (runs []*reprise.Run, next string, err error) {
+	q := url.Values{}
+	if p != nil {
+		if p.Status != "" {
+			q.Set("status", string(p.Status))
+		}
+		if p.Workflow != "" {
+			q.Set("workflow", p.Workflow)
+		}
+		if p.Before != "" {
+			q.Set("cursor", p.Before)
+		}
+		if p.Limit > 0 {
+			q.Set("limit", strconv.Itoa(p.Limit))
+		}
+	}
+	var out struct {
+		Runs       []*reprise.Run `json:"runs"`
+		NextCursor string         `json:"next_cursor"`
+	}
+	if _, err := c.do(ctx, "GET", "/v1/runs"+query(q), nil, &out); err != nil {
+		return nil, "", err
+	}
+	for _, r := range out.Runs {
+		fromWire(r)
+	}
+	return out.Runs, out.NextCursor, nil
+}
+
+// fromWire undoes what runJSON adds: an output of null where there is none.
+func fromWire(r *reprise.Run) *reprise.Run {
+	if string(r.Output) == "null" {
+		r.Output = nil
+	}
+	return r
+}
+
+func query(q url.Values) string {
+	if len(q) == 0 {
+		return ""
+	}
+	return "?" + q.Encode()
+}
+
+// runPath is the path of run id, its id escaped.
+func runPath(id string) string { return "/v1/runs/" + url.PathEscape(id) }
+
+// GetRun returns a run's current state.
+func (c *Client) GetRun(ctx context.Context, id string) (*reprise.Run, error) {
+	return c.WaitRun(ctx, id, 0)
+}
+
+// WaitRun returns run id as soon as it changes, or after wait (capped by
+// the server, 60 s by default), whichever comes first; a finished run at
+// once.
+func (c *Client) WaitRun(ctx context.Context, id string, wait time.Duration) (*reprise.Run, error) {
+	q := url.Values{}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var run reprise.Run
+	if _, err := c.do(ctx, "GET", runPath(id)+query(q), nil, &run); err != nil {
+		return nil, err
+	}
+	return fromWire(&run), nil
+}
+
+// History returns a run's history.
+func (c *Client) History(ctx context.Context, id string) ([]reprise.Event, error) {
+	return c.WaitHistory(ctx, id, 0, 0)
+}
+
+// WaitHistory returns the events of run id after sequence number after;
+// with a wait, it waits up to that long for one when there is none yet.
+func (c *Client) WaitHistory(ctx context.Context, id string, after int64, wait time.Duration) ([]reprise.Event, error) {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if wait > 0 {
+		q.Set("wait", wait.String())
+	}
+	var out historyJSON
+	if _, err := c.do(ctx, "GET", runPath(id)+"/history"+query(q), nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Events, nil
+}
+
+// CancelRun cancels a run; a finished one gives reprise.ErrRunFinished.
+func (c *Client) CancelRun(ctx context.Context, id, reason string) error {
+	_, err := c.do(ctx, "POST", runPath(id)+"/cancel", cancelRequest{Reason: reason}, nil)
+	return err
+}
+
+// RegisterStep registers or replaces a step: KindHTTP with a URL, or
+// KindPull; its Policy is in text form, or empty for the default.
+func (c *Client) RegisterStep(ctx context.Context, s Step) error {
+	req := stepRequest{Name: s.Name, Kind: s.Kind, URL: s.URL}
+	if s.Policy != "" {
+		b, _ := json.Marshal(s.Policy)
+		req.Policy = b
+	}
+	_, err := c.do(ctx, "POST", "/v1/steps", req, nil)
+	return err
+}
+
+// ListSteps lists the steps the server knows.
+func (c *Client) ListSteps(ctx context.Context) ([]Step, error) {
+	var out struct {
+		Steps []Step `json:"steps"`
+	}
+	_, err := c.do(ctx, "GET", "/v1/steps", nil, &out)
+	return out.Steps, err
+}
+
+// ClaimParams is what a pull worker asks for.
+type ClaimParams struct {
+	Worker string
+	Steps  []string
+	// Max is how many tasks to take at most. Default: 1.
+	Max int
+	// Wait is how long the server waits for a task when none is ready.
+	// Default: 0, answer at once.
+	Wait time.Duration
+}
+
+// Claim leases tasks of pull steps to a worker.
+func (c *Client) Claim(ctx context.Context, p ClaimParams) ([]Task, error) {
+	req := claimRequest{Worker: p.Worker, Steps: p.Steps, Max: p.Max}
+	if p.Wait > 0 {
+		req.Wait = p.Wait.String()
+	}
+	var out claimList
+	_, err := c.do(ctx, "POST", "/v1/tasks/claim", req, &out)
+	return out.Tasks, err
+}
+
+func taskPath(id int64, verb string) string {
+	return "/v1/tasks/" + strconv.FormatInt(id, 10) + "/" + verb
+}
+
+// Complete records a task's output; a stale token gives
+// reprise.ErrLeaseLost.
+func (c *Client) Complete(ctx context.Context, id, token int64, output json.RawMessage) error {
+	_, err := c.do(ctx, "POST", taskPath(id, "complete"), completeRequest{Token: token, Output: output}, nil)
+	return err
+}
+
+// Fail records a task's failure, for its step's policy to decide on; a
+// stale token gives reprise.ErrLeaseLost.
+func (c *Client) Fail(ctx context.Context, id, token int64, report httpstep.Report) error {
+	_, err := c.do(ctx, "POST", taskPath(id, "fail"), failRequest{Token: token, Error: &report}, nil)
+	return err
+}
+
+// Heartbeat extends a task's lease and returns when it now lapses.
+func (c *Client) Heartbeat(ctx context.Context, id, token int64) (time.Time, error) {
+	var out struct {
+		LeaseUntil time.Time `json:"lease_until"`
+	}
+	_, err := c.do(ctx, "POST", taskPath(id, "heartbeat"), heartbeatRequest{Token: token}, &out)
+	return out.LeaseUntil, err
+}

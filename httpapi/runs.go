@@ -1,0 +1,388 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"reprise"
+)
+
+// oneStepWorkflow is the workflow name under which {"step": NAME} runs
+// NAME as a one-step run.
+func oneStepWorkflow(step string) string { return "step:" + step }
+
+// startRequest is the body of POST /v1/runs.
+type startRequest struct {
+	Workflow string          `json:"workflow"`
+	Step     string          `json:"step"`
+	Input    json.RawMessage `json:"input"`
+	ID       string          `json:"id"`
+}
+
+// runJSON is a run on the wire: every field present, null when unset.
+type runJSON struct {
+	ID        string             `json:"id"`
+	Workflow  string             `json:"workflow"`
+	Status    reprise.RunStatus  `json:"status"`
+	Input     json.RawMessage    `json:"input"`
+	Output    json.RawMessage    `json:"output"`
+	Error     *reprise.ErrorInfo `json:"error"`
+	CreatedAt time.Time          `json:"created_at"`
+	UpdatedAt time.Time          `json:"updated_at"`
+}
+
+func wireRun(r *reprise.Run) runJSON {
+	out := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Input: r.Input, Output: r.Output,
+		Error: r.Error, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+	if len(out.Input) == 0 {
+		out.Input = json.RawMessage("null")
+	}
+	if len(out.Output) == 0 {
+		out.Output = json.RawMessage("null")
+	}
+	return out
+}
+
+func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
+	var req startRequest
+	if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	workflow := req.Workflow
+	switch {
+	case req.Workflow == "" && req.Step == "":
+		writeProblem(w, invalid("workflow", `give "workflow" (a workflow's name) or "step" (a step's name, for a one-step run)`))
+		return
+	case req.Workflow != "" && req.Step != "":
+		writeProblem(w, invalid("step", `give "workflow" or "step", not both`))
+		return
+	case req.Step != "":
+		if a.step(req.Step) == nil {
+			writeProblem(w, invalid("step", "step %q is not registered; register it with POST /v1/steps", req.Step))
+			return
+		}
+		workflow = oneStepWorkflow(req.Step)
+	}
+	var opts []reprise.RunOption
+	if req.ID != "" {
+		if err := reprise.ValidateRunID(req.ID); err != nil {
+			writeProblem(w, invalid("id", "%v", err))
+			return
+		}
+		opts = append(opts, reprise.WithRunID(req.ID))
+	}
+	run, created, err := a.e.StartRun(r.Context(), workflow, req.Input, opts...)
+	switch {
+	case errors.Is(err, reprise.ErrNotRegistered):
+		writeProblem(w, invalid("workflow", "workflow %q is not registered in this server", req.Workflow))
+		return
+	case err != nil:
+		a.internal(w, r, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+		a.metrics.runsStarted.Add(1)
+	}
+	w.Header().Set("Location", "/v1/runs/"+run.ID)
+	writeJSON(w, status, wireRun(run))
+}
+
+// runList is the answer of GET /v1/runs.
+type runList struct {
+	Runs []runJSON `json:"runs"`
+	// NextCursor, when set, is the cursor of the next page.
+	NextCursor string `json:"next_cursor,omitempty"`
+}
+
+const (
+	defaultListLimit = 100
+	maxListLimit     = 1000
+)
+
+func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	p := &reprise.RunListParams{Workflow: q.Get("workflow"), Status: reprise.RunStatus(q.Get("status")), Limit: defaultListLimit}
+	switch p.Status {
+	case "", reprise.RunPending, reprise.RunRunning, reprise.RunCompleted, reprise.RunFailed, reprise.RunCancelled:
+	default:
+		writeProblem(w, invalid("status", "status %q is not one of pending, running, completed, failed, cancelled", p.Status))
+		return
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			writeProblem(w, invalid("limit", "limit %q is not a number from 1 to %d", s, maxListLimit))
+			return
+		}
+		p.Limit = n
+	}
+	if c := q.Get("cursor"); c != "" {
+		if err := reprise.ValidateRunID(c); err != nil {
+			writeProblem(w, invalid("cursor", "cursor is not a run id: %v", err))
+			return
+		}
+		p.Before = c
+	}
+	limit := p.Limit
+	p.Limit++ // one more tells whether there is a next page
+	runs, err := a.e.Store().RunList(r.Context(), p)
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	out := runList{Runs: make([]runJSON, 0, min(len(runs), limit))}
+	if len(runs) > limit {
+		runs = runs[:limit]
+		out.NextCursor = runs[limit-1].ID
+	}
+	for _, run := range runs {
+		out.Runs = append(out.Runs, wireRun(run))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// runID reads the {id} of a run's path.
+func runID(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if err := reprise.ValidateRunID(id); err != nil {
+		writeProblem(w, invalid("id", "%v", err))
+		return "", false
+	}
+	return id, true
+}
+
+// runError answers an error of the store about run id.
+func (a *api) runError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	switch {
+	case errors.Is(err, reprise.ErrNotFound):
+		writeProblem(w, notFound("no run %q", id))
+	case errors.Is(err, reprise.ErrRunFinished):
+		writeProblem(w, &Problem{Type: ProblemRunFinished, Title: "Conflict", Status: http.StatusConflict,
+			Detail: fmt.Sprintf("run %q has already finished", id)})
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		// The client went away, or the server is stopping.
+		writeProblem(w, &Problem{Type: ProblemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
+			Detail: err.Error()})
+	default:
+		a.internal(w, r, err)
+	}
+}
+
+// longPoll reads the wait and after parameters of a long-poll.
+type longPoll struct {
+	wait     time.Duration
+	after    int64
+	hasAfter bool
+}
+
+// readRunRead reads a read of run id that may be a long-poll. When it
+// returns false it has answered.
+func (a *api) readRunRead(w http.ResponseWriter, r *http.Request) (string, longPoll, bool) {
+	id, ok := runID(w, r)
+	if !ok {
+		return "", longPoll{}, false
+	}
+	lp, ok := a.parseLongPoll(w, r)
+	return id, lp, ok
+}
+
+func (a *api) parseLongPoll(w http.ResponseWriter, r *http.Request) (longPoll, bool) {
+	var lp longPoll
+	q := r.URL.Query()
+	if s := q.Get("wait"); s != "" {
+		d, err := parseWait(s)
+		if err != nil {
+			writeProblem(w, invalid("wait", "%v", err))
+			return lp, false
+		}
+		lp.wait = min(d, a.opts.MaxWait)
+	}
+	if s := q.Get("after"); s != "" {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			writeProblem(w, invalid("after", "after %q is not a history sequence number (0 or more)", s))
+			return lp, false
+		}
+		lp.after, lp.hasAfter = n, true
+	}
+	return lp, true
+}
+
+// parseWait reads a long-poll's wait: a Go duration ("5s", "1m30s") or a
+// number of seconds.
+func parseWait(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		secs, ferr := strconv.ParseFloat(s, 64)
+		if ferr != nil || secs != secs || secs > 1e6 {
+			return 0, fmt.Errorf("wait %q is not a duration (like 5s or 500ms)", s)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("wait %q is negative", s)
+	}
+	return d, nil
+}
+
+// lastSeq returns the sequence number of a run's last event.
+func (a *api) lastSeq(ctx context.Context, id string) (int64, error) {
+	events, err := a.e.History(ctx, id)
+	if err != nil || len(events) == 0 {
+		return 0, err
+	}
+	return events[len(events)-1].Seq, nil
+}
+
+// waitForEvents waits up to d for run id to have an event after seq; it
+// returns at once when it has one or has finished.
+func (a *api) waitForEvents(ctx context.Context, id string, seq int64, d time.Duration) error {
+	return poll(ctx, d, func(ctx context.Context) (bool, error) {
+		events, err := a.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: id, AfterSeq: seq})
+		return len(events) > 0, err
+	})
+}
+
+// baseline is the sequence number a long-poll waits to see passed: the
+// client's after, else the run's last event now.
+func (a *api) baseline(ctx context.Context, id string, lp longPoll) (int64, error) {
+	if lp.hasAfter {
+		return lp.after, nil
+	}
+	return a.lastSeq(ctx, id)
+}
+
+func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
+	id, lp, ok := a.readRunRead(w, r)
+	if !ok {
+		return
+	}
+	run, err := a.e.GetRun(r.Context(), id)
+	if err == nil && lp.wait > 0 && !run.Status.Final() {
+		var seq int64
+		if seq, err = a.baseline(r.Context(), id, lp); err == nil {
+			if err = a.waitForEvents(r.Context(), id, seq, lp.wait); err == nil {
+				run, err = a.e.GetRun(r.Context(), id)
+			}
+		}
+	}
+	if err != nil {
+		a.runError(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireRun(run))
+}
+
+// historyJSON is the answer of GET /v1/runs/{id}/history.
+type historyJSON struct {
+	Events []reprise.Event `json:"events"`
+}
+
+func (a *api) history(w http.ResponseWriter, r *http.Request) {
+	id, lp, ok := a.readRunRead(w, r)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	events, err := a.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: id, AfterSeq: lp.after})
+	if err == nil && lp.wait > 0 && (len(events) == 0 || !lp.hasAfter) && !finished(events) {
+		// Wait for an event past what the client has, or past what there
+		// is now; a finished run has none to come.
+		seq := lp.after
+		if len(events) > 0 {
+			seq = events[len(events)-1].Seq
+		}
+		var run *reprise.Run
+		if run, err = a.e.GetRun(ctx, id); err == nil && !run.Status.Final() {
+			if err = a.waitForEvents(ctx, id, seq, lp.wait); err == nil {
+				events, err = a.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: id, AfterSeq: lp.after})
+			}
+		}
+	}
+	if err != nil {
+		a.runError(w, r, id, err)
+		return
+	}
+	if events == nil {
+		events = []reprise.Event{}
+	}
+	writeJSON(w, http.StatusOK, historyJSON{Events: events})
+}
+
+// finished reports whether events end with the run's end.
+func finished(events []reprise.Event) bool {
+	if len(events) == 0 {
+		return false
+	}
+	switch events[len(events)-1].Type {
+	case reprise.EventRunCompleted, reprise.EventRunFailed, reprise.EventRunCancelled:
+		return true
+	}
+	return false
+}
+
+// cancelRequest is the optional body of POST /v1/runs/{id}/cancel.
+type cancelRequest struct {
+	Reason string `json:"reason"`
+}
+
+func (a *api) cancelRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := runID(w, r)
+	if !ok {
+		return
+	}
+	req := cancelRequest{Reason: "cancelled through the API"}
+	if r.ContentLength != 0 {
+		if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
+			writeProblem(w, p)
+			return
+		}
+	}
+	if err := a.e.Cancel(r.Context(), id, req.Reason); err != nil {
+		a.runError(w, r, id, err)
+		return
+	}
+	run, err := a.e.GetRun(r.Context(), id)
+	if err != nil {
+		a.runError(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireRun(run))
+}
+
+// poll calls ready until it says true, d has passed or ctx ends, first at
+// once, then at intervals growing from 5 ms to 100 ms. Neither the end of
+// d nor of ctx is an error: the caller answers what it has.
+func poll(ctx context.Context, d time.Duration, ready func(context.Context) (bool, error)) error {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	interval := 5 * time.Millisecond
+	next := time.NewTimer(0)
+	defer next.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-deadline.C:
+			return nil
+		case <-next.C:
+		}
+		ok, err := ready(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if ok || err != nil {
+			return err
+		}
+		next.Reset(interval)
+		interval = min(2*interval, 100*time.Millisecond)
+	}
+}

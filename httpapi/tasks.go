@@ -1,0 +1,261 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"reprise"
+	"reprise/httpstep"
+	"reprise/retry"
+)
+
+// claimRequest is the body of POST /v1/tasks/claim.
+type claimRequest struct {
+	Worker string   `json:"worker"`
+	Steps  []string `json:"steps"`
+	// Max is how many tasks to take at most: 1 (default) to maxClaim.
+	Max int `json:"max"`
+	// Wait is how long to wait for a task when none is ready ("5s").
+	Wait string `json:"wait"`
+}
+
+const maxClaim = 100
+
+// A Task is an attempt a pull worker claimed: do the work, then complete
+// or fail it with Token before LeaseUntil (heartbeat to extend it).
+type Task struct {
+	ID             int64           `json:"id"`
+	Token          int64           `json:"token"`
+	RunID          string          `json:"run_id"`
+	Step           string          `json:"step"`
+	Attempt        int             `json:"attempt"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Input          json.RawMessage `json:"input"`
+	// Deadline is when the attempt times out (its policy's timeout or
+	// deadline); absent when it has none.
+	Deadline   time.Time `json:"deadline,omitzero"`
+	LeaseUntil time.Time `json:"lease_until"`
+}
+
+func wireTask(t *reprise.Task) Task {
+	out := Task{ID: t.ID, Token: t.Token, RunID: t.RunID, Step: t.Step, Attempt: t.Attempt,
+		IdempotencyKey: t.IdempotencyKey, Input: t.Input, LeaseUntil: t.LeaseUntil}
+	if len(out.Input) == 0 {
+		out.Input = json.RawMessage("null")
+	}
+	if t.Timeout > 0 {
+		out.Deadline = t.StartedAt.Add(t.Timeout)
+	}
+	var pol retry.Policy
+	if json.Unmarshal(t.Policy, &pol) == nil && pol.Deadline > 0 {
+		first := t.FirstStartedAt
+		if first.IsZero() {
+			first = t.StartedAt
+		}
+		if d := first.Add(pol.Deadline); out.Deadline.IsZero() || d.Before(out.Deadline) {
+			out.Deadline = d
+		}
+	}
+	return out
+}
+
+// claimList is the answer of POST /v1/tasks/claim.
+type claimList struct {
+	Tasks []Task `json:"tasks"`
+}
+
+func (a *api) claim(w http.ResponseWriter, r *http.Request) {
+	var req claimRequest
+	if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	wait, p := a.checkClaim(&req)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var tasks []*reprise.Task
+	err := poll(r.Context(), wait, func(ctx context.Context) (bool, error) {
+		var err error
+		tasks, err = a.e.ClaimTasks(ctx, req.Worker, req.Steps, req.Max)
+		return len(tasks) > 0 || wait == 0, err
+	})
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
+	a.metrics.tasksClaimed.Add(int64(len(tasks)))
+	out := claimList{Tasks: make([]Task, 0, len(tasks))}
+	for _, t := range tasks {
+		out.Tasks = append(out.Tasks, wireTask(t))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// checkClaim validates a claim, fills its defaults and returns its wait.
+func (a *api) checkClaim(req *claimRequest) (time.Duration, *Problem) {
+	if req.Worker == "" || len(req.Worker) > 200 {
+		return 0, invalid("worker", "worker must name the worker in 1 to 200 characters")
+	}
+	if len(req.Steps) == 0 {
+		return 0, invalid("steps", "give the names of the pull steps to claim tasks of")
+	}
+	for i, name := range req.Steps {
+		def := a.step(name)
+		switch {
+		case def == nil:
+			return 0, invalid(fmt.Sprintf("steps.%d", i), "step %q is not registered; register it with POST /v1/steps", name)
+		case def.Kind != KindPull:
+			return 0, invalid(fmt.Sprintf("steps.%d", i), "step %q is an %s step, not a pull step", name, def.Kind)
+		}
+	}
+	switch {
+	case req.Max == 0:
+		req.Max = 1
+	case req.Max < 0 || req.Max > maxClaim:
+		return 0, invalid("max", "max %d is not from 1 to %d", req.Max, maxClaim)
+	}
+	if req.Wait == "" {
+		return 0, nil
+	}
+	d, err := parseWait(req.Wait)
+	if err != nil {
+		return 0, invalid("wait", "%v", err)
+	}
+	return min(d, a.opts.MaxWait), nil
+}
+
+// taskID reads the {id} of a task's path.
+func taskID(w http.ResponseWriter, r *http.Request) (int64, bool) {
+	s := r.PathValue("id")
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		writeProblem(w, invalid("id", "task id %q is not a positive integer", s))
+		return 0, false
+	}
+	return id, true
+}
+
+// tokened is the body of a worker's write: it carries the lease token.
+type tokened interface{ leaseToken() int64 }
+
+func (r *completeRequest) leaseToken() int64  { return r.Token }
+func (r *failRequest) leaseToken() int64      { return r.Token }
+func (r *heartbeatRequest) leaseToken() int64 { return r.Token }
+
+// readTaskWrite reads a worker's write: the task id of the path and the
+// body, which must hold a token. When it returns false it has answered.
+func (a *api) readTaskWrite(w http.ResponseWriter, r *http.Request, req tokened) (int64, bool) {
+	id, ok := taskID(w, r)
+	if !ok {
+		return 0, false
+	}
+	p := decode(w, r, a.opts.MaxBodyBytes, req)
+	if p == nil && req.leaseToken() <= 0 {
+		p = invalid("token", "give the lease token the claim returned")
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return 0, false
+	}
+	return id, true
+}
+
+// taskError answers an error of the engine about task id.
+func (a *api) taskError(w http.ResponseWriter, r *http.Request, id int64, err error) {
+	if errors.Is(err, reprise.ErrLeaseLost) || errors.Is(err, reprise.ErrNotFound) || errors.Is(err, reprise.ErrRunFinished) {
+		a.metrics.leaseConflicts.Add(1)
+		writeProblem(w, &Problem{Type: ProblemLeaseLost, Title: "Conflict", Status: http.StatusConflict,
+			Detail: fmt.Sprintf("task %d: the token is stale or the lease has lapsed; the result was not recorded", id)})
+		return
+	}
+	a.internal(w, r, err)
+}
+
+// completeRequest is the body of POST /v1/tasks/{id}/complete.
+type completeRequest struct {
+	Token  int64           `json:"token"`
+	Output json.RawMessage `json:"output"`
+}
+
+func (a *api) complete(w http.ResponseWriter, r *http.Request) {
+	var req completeRequest
+	id, ok := a.readTaskWrite(w, r, &req)
+	if !ok {
+		return
+	}
+	if err := a.e.CompleteTask(r.Context(), id, req.Token, req.Output); err != nil {
+		a.taskError(w, r, id, err)
+		return
+	}
+	a.metrics.tasksCompleted.Add(1)
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "status": "completed"})
+}
+
+// failRequest is the body of POST /v1/tasks/{id}/fail.
+type failRequest struct {
+	Token int64            `json:"token"`
+	Error *httpstep.Report `json:"error"`
+}
+
+func (a *api) fail(w http.ResponseWriter, r *http.Request) {
+	var req failRequest
+	id, ok := a.readTaskWrite(w, r, &req)
+	if !ok {
+		return
+	}
+	attemptErr, p := checkReport(req.Error)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if err := a.e.FailTask(r.Context(), id, req.Token, attemptErr); err != nil {
+		a.taskError(w, r, id, err)
+		return
+	}
+	a.metrics.tasksFailed.Add(1)
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "status": "failed"})
+}
+
+// checkReport turns a worker's error report into the attempt's error.
+func checkReport(rep *httpstep.Report) (*retry.Error, *Problem) {
+	switch {
+	case rep == nil:
+		return nil, invalid("error", `give the error: {"type", "message", "retryable", "retry_after_ms"}`)
+	case rep.Type == "":
+		return nil, invalid("error.type", "the error's type is empty; policies match on it")
+	case rep.RetryAfterMS < 0:
+		return nil, invalid("error.retry_after_ms", "retry_after_ms %d is negative", rep.RetryAfterMS)
+	}
+	err, cerr := httpstep.ErrorFromReport(*rep)
+	if cerr != nil {
+		return nil, invalid("error", "%v", cerr)
+	}
+	return err, nil
+}
+
+// heartbeatRequest is the body of POST /v1/tasks/{id}/heartbeat.
+type heartbeatRequest struct {
+	Token int64 `json:"token"`
+}
+
+func (a *api) heartbeat(w http.ResponseWriter, r *http.Request) {
+	var req heartbeatRequest
+	id, ok := a.readTaskWrite(w, r, &req)
+	if !ok {
+		return
+	}
+	t, err := a.e.HeartbeatTask(r.Context(), id, req.Token)
+	if err != nil {
+		a.taskError(w, r, id, err)
+		return
+	}
+	a.metrics.heartbeats.Add(1)
+	writeJSON(w, http.StatusOK, map[string]any{"id": id, "lease_until": t.LeaseUntil})
+}
