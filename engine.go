@@ -332,7 +332,7 @@ func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 	r := e.runners[id]
 	for _, a := range e.attempts {
 		if a.task.RunID == id {
-			a.cancel(ErrCancelled)
+			a.stop(e, ErrCancelled)
 		}
 	}
 	e.mu.Unlock()

@@ -20,9 +20,9 @@ import (
 // RunAdvance when the workflow blocks, so a workflow that fans out three
 // steps costs one transaction.
 type runner struct {
-	e         *Engine
-	id        string
-	workflow  *workflowEntry
+	e        *Engine
+	id       string
+	workflow *workflowEntry
 	// token is the run lease's fencing token; a re-claim by this same
 	// engine (after its lease lapsed in a long pause) replaces it.
 	token     atomic.Int64

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"reprise/retry"
@@ -16,6 +17,18 @@ import (
 type attempt struct {
 	task   *Task
 	cancel context.CancelCauseFunc
+	// stopping is set by whichever comes first: the step returning, or
+	// the engine cancelling it. A cancelled step is expected back soon, so
+	// it counts as busy until it returns (see Activity).
+	stopping atomic.Bool
+}
+
+// stop cancels the attempt with cause.
+func (a *attempt) stop(e *Engine, cause error) {
+	if a.stopping.CompareAndSwap(false, true) {
+		e.busy.Add(1)
+	}
+	a.cancel(cause)
 }
 
 // kick wakes the dispatcher: tasks or timers may be due. A kick not yet
@@ -198,7 +211,7 @@ func (e *Engine) runAttempt(ctx context.Context, a *attempt, s *stepEntry) {
 	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey}
 	if limit := attemptLimit(pol, t, start); limit > 0 {
 		info.Deadline = start.Add(limit)
-		timer := e.clock.AfterFunc(limit, func() { a.cancel(ErrTimeout) })
+		timer := e.clock.AfterFunc(limit, func() { a.stop(e, ErrTimeout) })
 		defer timer.Stop()
 	}
 	if t.LeaseUntil.Before(info.Deadline) || info.Deadline.IsZero() {
@@ -214,7 +227,9 @@ func (e *Engine) runAttempt(ctx context.Context, a *attempt, s *stepEntry) {
 		e.inStep.Add(1)
 		e.busy.Add(-1)
 		out, err = callStep(ctx, s, t.Input)
-		e.busy.Add(1)
+		if a.stopping.CompareAndSwap(false, true) {
+			e.busy.Add(1)
+		}
 		e.inStep.Add(-1)
 	}
 	switch cause := context.Cause(ctx); {
@@ -269,7 +284,7 @@ func (e *Engine) heartbeat(a *attempt) (stop func()) {
 	renew = func() {
 		_, err := e.store.TaskHeartbeat(e.storeCtx, &TaskHeartbeatParams{TaskID: a.task.ID, Token: a.task.Token, LeaseTTL: e.cfg.LeaseTTL})
 		if errors.Is(err, ErrLeaseLost) {
-			a.cancel(ErrLeaseLost)
+			a.stop(e, ErrLeaseLost)
 			return
 		}
 		if err != nil {
