@@ -23,6 +23,7 @@ usage: reprise <command> [arguments]
 
 commands:
   demo                        run an order workflow whose steps fail, and show its history
+  bench                       measure the engine: steps/s, retry lateness, memory
   run WORKFLOW                start a run
   runs                        list runs
   show RUN                    show a run
@@ -49,6 +50,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return policyMain(args, stdout, stderr)
 	case "demo":
 		return demoMain(args, stdout, stderr)
+	case "bench":
+		return benchMain(args, stdout, stderr)
 	case "run":
 		return startMain(args, stdout, stderr)
 	case "runs":

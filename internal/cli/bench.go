@@ -1,0 +1,123 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"reprise"
+	"reprise/internal/bench"
+	"reprise/sqlite"
+)
+
+func benchMain(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N]")
+	runs := fs.Int("runs", 20000, "one-step runs per throughput workload")
+	parked := fs.Int("parked", 10000, "runs to park in backoff for the memory figure (0 to skip)")
+	lateness := fs.Int("lateness", 1000, "runs in backoff for the retry lateness figure (0 to skip)")
+	db := fs.String("db", "", "database (default: a fresh SQLite file in a temporary directory)")
+	pos, code, ok := parseArgs(fs, args, stdout, stderr)
+	if !ok {
+		return code
+	}
+	if len(pos) > 0 {
+		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
+	}
+	if *runs < 1 || *parked < 0 || *lateness < 0 {
+		return usageErrorf(fs, stderr, "--runs must be positive, --parked and --lateness not negative")
+	}
+	ctx := context.Background()
+	fmt.Fprintf(stdout, "reprise bench: %d-core machine, one engine process\n\n", numCPU())
+	workloads := []struct {
+		name              string
+		concurrency, fail int
+	}{
+		{"no-op steps, 1 run at a time", 1, 0},
+		{"no-op steps, 64 runs at a time", 64, 0},
+		{"steps failing twice (zero backoff), 64 runs at a time", 64, 2},
+	}
+	for _, w := range workloads {
+		n := *runs
+		if w.concurrency == 1 {
+			n = max(1, n/10)
+		}
+		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine) error {
+			res, err := bench.RunThroughput(ctx, e, n, w.concurrency, w.fail)
+			if err == nil {
+				fmt.Fprintf(stdout, "%-56s %s\n", w.name+":", res)
+			}
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "reprise bench: %s: %v\n", w.name, err)
+			return exitFail
+		}
+	}
+	if *lateness > 0 {
+		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine) error {
+			res, err := bench.RunLateness(ctx, e, *lateness, 2*time.Second)
+			if err == nil {
+				fmt.Fprintf(stdout, "%-56s %s\n", "retry lateness, backoffs spread over 1-2s:", res)
+			}
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "reprise bench: lateness: %v\n", err)
+			return exitFail
+		}
+	}
+	if *parked > 0 {
+		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine) error {
+			res, err := bench.RunParked(ctx, e, *parked)
+			if err == nil {
+				fmt.Fprintf(stdout, "%-56s %s\n", "memory:", res)
+			}
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "reprise bench: parked: %v\n", err)
+			return exitFail
+		}
+	}
+	return exitOK
+}
+
+// withEngine runs fn against a running engine on a fresh database (or db).
+func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine) error) error {
+	var store reprise.Store
+	var err error
+	if db == "" {
+		dir, derr := os.MkdirTemp("", "reprise-bench-")
+		if derr != nil {
+			return derr
+		}
+		defer os.RemoveAll(dir)
+		store, err = sqlite.Open(filepath.Join(dir, "bench.db"), nil)
+	} else {
+		store, err = openStore(ctx, db)
+	}
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	e, err := reprise.New(reprise.Config{Store: store, MaxConcurrentSteps: 256})
+	if err != nil {
+		return err
+	}
+	if err := e.Register(bench.Definitions()...); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	err = fn(e)
+	cancel()
+	<-done
+	return err
+}
+
+func numCPU() int { return runtime.NumCPU() }
