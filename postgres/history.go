@@ -26,7 +26,8 @@ func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) (
 			return reprise.Event{}, err
 		}
 		var e reprise.Event
-		return e, json.Unmarshal(data, &e)
+		err := json.Unmarshal(data, &e)
+		return e, err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list history: %w", err)

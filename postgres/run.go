@@ -63,6 +63,7 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		created bool
 	)
 	err := s.tx(ctx, func(tx *txn) error {
+		created = false // tx may run this again
 		run, err := scanRun(tx.QueryRow(ctx, `
 			INSERT INTO reprise_run (id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at)
 			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,

@@ -18,17 +18,17 @@ const taskColumns = `id, run_id, execution, position, step, input, idempotency_k
 // scanTask reads taskColumns and then extra.
 func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
 	var (
-		t                           reprise.Task
-		input, policy               []byte
-		lease, started, firstStared *time.Time
+		t                            reprise.Task
+		input, policy                []byte
+		lease, started, firstStarted *time.Time
 	)
 	dest := append([]any{&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey, &policy, &t.Timeout,
-		&t.Attempt, &t.Token, &lease, &started, &firstStared}, extra...)
+		&t.Attempt, &t.Token, &lease, &started, &firstStarted}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
 	t.Input, t.Policy = rawJSON(input), rawJSON(policy)
-	t.LeaseUntil, t.StartedAt, t.FirstStartedAt = utc(lease), utc(started), utc(firstStared)
+	t.LeaseUntil, t.StartedAt, t.FirstStartedAt = utc(lease), utc(started), utc(firstStarted)
 	return &t, nil
 }
 

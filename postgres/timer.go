@@ -20,6 +20,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 	}
 	var outcomes []*reprise.Outcome
 	err := s.tx(ctx, func(tx *txn) error {
+		outcomes = nil // tx may run this again
 		rows, err := tx.Query(ctx, `
 			WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
 			due AS (
