@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,7 +31,7 @@ var errClosed = errors.New("sqlite: store is closed")
 // rolled back and each of its calls is run again alone, in its own
 // transaction, so that one bad call never costs the others their work.
 type committer struct {
-	conn *sql.Conn
+	conn *conn
 	now  func() time.Time
 
 	mu     sync.Mutex
@@ -40,14 +39,12 @@ type committer struct {
 	busy   bool // a leader is running a batch
 	closed bool
 	idle   *sync.Cond // signalled when busy turns false
-
-	stmts map[string]*sql.Stmt // owned by the leader of the moment
 }
 
 // A call is one store method's transaction body, waiting for its batch.
 type call struct {
 	ctx    context.Context
-	fn     func(*wtx) error
+	fn     func(*txn) error
 	wake   chan error // errLead, then the call's result
 	leader bool       // handed the lead; may no longer leave the queue
 }
@@ -55,8 +52,8 @@ type call struct {
 // errLead tells a queued caller that it leads the next batch.
 var errLead = errors.New("lead the next batch")
 
-func newCommitter(conn *sql.Conn, now func() time.Time) *committer {
-	c := &committer{conn: conn, now: now, stmts: map[string]*sql.Stmt{}}
+func newCommitter(conn *conn, now func() time.Time) *committer {
+	c := &committer{conn: conn, now: now}
 	c.idle = sync.NewCond(&c.mu)
 	return c
 }
@@ -65,7 +62,7 @@ func newCommitter(conn *sql.Conn, now func() time.Time) *committer {
 // together with it, and returns fn's error once that transaction has
 // committed. If ctx ends while the call waits to start, do returns the
 // context's error and fn never runs.
-func (c *committer) do(ctx context.Context, fn func(*wtx) error) error {
+func (c *committer) do(ctx context.Context, fn func(*txn) error) error {
 	cl := &call{ctx: ctx, fn: fn, wake: make(chan error, 1)}
 	c.mu.Lock()
 	if c.closed {
@@ -132,7 +129,7 @@ func (c *committer) lead() {
 
 // run runs a batch in one transaction and delivers each call's result.
 func (c *committer) run(batch []*call) {
-	tx := &wtx{c: c, now: c.now().UTC()}
+	tx := &txn{c: c.conn, now: c.now().UTC()}
 	tx.nanos = tx.now.UnixNano()
 	results := make([]error, len(batch))
 	err := c.runBatch(tx, batch, results)
@@ -157,9 +154,9 @@ var errDirty = errors.New("a call failed after writing")
 
 // runBatch runs the calls in one transaction. It returns errDirty, having
 // rolled back, if a call failed with an error other than a sentinel.
-func (c *committer) runBatch(tx *wtx, batch []*call, results []error) error {
+func (c *committer) runBatch(tx *txn, batch []*call, results []error) error {
 	tx.ctx = context.WithoutCancel(batch[0].ctx)
-	if err := tx.begin(); err != nil {
+	if err := tx.begin("IMMEDIATE"); err != nil {
 		return err
 	}
 	for i, cl := range batch {
@@ -179,12 +176,12 @@ func (c *committer) runBatch(tx *wtx, batch []*call, results []error) error {
 }
 
 // runAlone runs one call in its own transaction.
-func (c *committer) runAlone(tx *wtx, cl *call) error {
+func (c *committer) runAlone(tx *txn, cl *call) error {
 	if err := cl.ctx.Err(); err != nil {
 		return context.Cause(cl.ctx)
 	}
 	tx.ctx = context.WithoutCancel(cl.ctx)
-	if err := tx.begin(); err != nil {
+	if err := tx.begin("IMMEDIATE"); err != nil {
 		return err
 	}
 	if err := cl.fn(tx); err != nil {
@@ -211,28 +208,26 @@ func (c *committer) close() {
 	for c.busy {
 		c.idle.Wait()
 	}
-	for _, st := range c.stmts {
-		st.Close()
-	}
 }
 
-// A wtx is the write transaction of a batch, as its calls see it.
-type wtx struct {
-	c     *committer
-	ctx   context.Context // the running call's, without its cancellation
-	now   time.Time       // the batch's time, in UTC
+// A txn is a transaction on one connection as a store method sees it: the
+// shared write transaction of a batch, or a read transaction.
+type txn struct {
+	c     *conn
+	ctx   context.Context // for a write, the running call's without its cancellation
+	now   time.Time       // the store's time, in UTC: the batch's for a write
 	nanos int64           // now as Unix nanoseconds
 }
 
-func (tx *wtx) begin() error {
-	if _, err := tx.c.conn.ExecContext(tx.ctx, "BEGIN IMMEDIATE"); err != nil {
+func (tx *txn) begin(mode string) error {
+	if err := tx.c.script(tx.ctx, "BEGIN "+mode); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	return nil
 }
 
-func (tx *wtx) commit() error {
-	if _, err := tx.c.conn.ExecContext(tx.ctx, "COMMIT"); err != nil {
+func (tx *txn) commit() error {
+	if err := tx.c.script(tx.ctx, "COMMIT"); err != nil {
 		tx.rollback()
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -241,45 +236,18 @@ func (tx *wtx) commit() error {
 
 // rollback ends the transaction. Its error is of no use: the connection
 // either has no transaction left or is broken, and the next BEGIN says so.
-func (tx *wtx) rollback() {
-	_, _ = tx.c.conn.ExecContext(tx.ctx, "ROLLBACK")
+func (tx *txn) rollback() {
+	_ = tx.c.script(tx.ctx, "ROLLBACK")
 }
 
-// stmt returns the prepared statement for query, preparing it once.
-func (tx *wtx) stmt(query string) (*sql.Stmt, error) {
-	if st, ok := tx.c.stmts[query]; ok {
-		return st, nil
-	}
-	st, err := tx.c.conn.PrepareContext(tx.ctx, query)
-	if err != nil {
-		return nil, fmt.Errorf("prepare: %w", err)
-	}
-	tx.c.stmts[query] = st
-	return st, nil
+func (tx *txn) exec(query string, args ...any) (int64, error) {
+	return tx.c.exec(tx.ctx, query, args...)
 }
 
-func (tx *wtx) ExecContext(_ context.Context, query string, args ...any) (sql.Result, error) {
-	st, err := tx.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(tx.ctx, args...)
+func (tx *txn) query(query string, args ...any) (*rows, error) {
+	return tx.c.query(tx.ctx, query, args...)
 }
 
-func (tx *wtx) QueryContext(_ context.Context, query string, args ...any) (*sql.Rows, error) {
-	st, err := tx.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return st.QueryContext(tx.ctx, args...)
-}
-
-func (tx *wtx) QueryRowContext(_ context.Context, query string, args ...any) *sql.Row {
-	st, err := tx.stmt(query)
-	if err != nil {
-		// A Row carries its error to Scan; a failed Stmt gives none, so
-		// query the connection and let it fail the same way.
-		return tx.c.conn.QueryRowContext(tx.ctx, query, args...)
-	}
-	return st.QueryRowContext(tx.ctx, args...)
+func (tx *txn) queryRow(query string, args ...any) *row {
+	return tx.c.queryRow(tx.ctx, query, args...)
 }

@@ -15,16 +15,16 @@ import (
 // HistoryList returns a run's events with Seq > p.AfterSeq, in order.
 func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
 	var events []reprise.Event
-	err := s.read(ctx, func(q querier, _ time.Time) error {
+	err := s.read(ctx, func(tx *txn) error {
 		var one int
-		err := q.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, p.RunID).Scan(&one)
+		err := tx.queryRow(`SELECT 1 FROM runs WHERE id = ?`, p.RunID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
 			return reprise.ErrNotFound
 		}
 		if err != nil {
 			return err
 		}
-		events, err = listEvents(ctx, q, p.RunID, p.AfterSeq)
+		events, err = listEvents(tx, p.RunID, p.AfterSeq)
 		return err
 	})
 	if err != nil {
@@ -33,8 +33,8 @@ func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) (
 	return events, nil
 }
 
-func listEvents(ctx context.Context, q querier, runID string, afterSeq int64) ([]reprise.Event, error) {
-	rows, err := q.QueryContext(ctx, `
+func listEvents(tx *txn, runID string, afterSeq int64) ([]reprise.Event, error) {
+	rows, err := tx.query(`
 		SELECT seq, execution, at, body FROM events
 		WHERE run_id = ? AND seq > ? ORDER BY seq`, runID, afterSeq)
 	if err != nil {
@@ -59,33 +59,64 @@ func listEvents(ctx context.Context, q querier, runID string, afterSeq int64) ([
 	return events, rows.Err()
 }
 
-const appendEventSQL = `
-	INSERT INTO events (run_id, seq, execution, type, at, body)
-	VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM events WHERE run_id = ?1), ?2, ?3, ?4, ?5)
-	RETURNING seq`
+// lastSeq is a scalar subquery for the last Seq of the run ?1's history.
+const lastSeq = `(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?1)`
 
-// appendEvent appends e to the run's history at the batch's time, and sets
-// its Seq and At.
-func (tx *wtx) appendEvent(runID string, e *reprise.Event) error {
-	e.At = tx.now
-	body, err := encodeEvent(*e)
-	if err != nil {
-		return err
-	}
-	err = tx.QueryRowContext(tx.ctx, appendEventSQL, runID, e.Execution, string(e.Type), tx.nanos, body).Scan(&e.Seq)
-	if err != nil {
-		return fmt.Errorf("append %s: %w", e.Type, err)
+// appendEvents appends events to the run's history, numbering them after
+// last, the run's last Seq, at the batch's time. It sets their Seq and At.
+// bodies holds the events encoded ahead, off the write path; the others
+// (a nil or missing body) are encoded here.
+func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bodies [][]byte) error {
+	for i := range events {
+		e := &events[i]
+		e.Seq, e.At = last+int64(i)+1, tx.now
+		var body []byte
+		if i < len(bodies) {
+			body = bodies[i]
+		}
+		if body == nil {
+			var err error
+			if body, err = encodeEvent(*e); err != nil {
+				return err
+			}
+		}
+		_, err := tx.exec(`INSERT INTO events (run_id, seq, execution, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`,
+			runID, e.Seq, e.Execution, string(e.Type), tx.nanos, body)
+		if err != nil {
+			return fmt.Errorf("append %s: %w", e.Type, err)
+		}
 	}
 	return nil
 }
 
-// runOwner returns who holds the run's lease, "" for none.
-func (tx *wtx) runOwner(runID string) (string, error) {
-	var owner string
-	if err := tx.QueryRowContext(tx.ctx, `SELECT owner FROM runs WHERE id = ?`, runID).Scan(&owner); err != nil {
-		return "", fmt.Errorf("run owner: %w", err)
+// encodeEvents encodes ahead the events whose bodies depend on nothing the
+// write learns: all but timers scheduled, whose fire time is the write's.
+func encodeEvents(events []reprise.Event) ([][]byte, error) {
+	bodies := make([][]byte, len(events))
+	for i, e := range events {
+		if e.Type == reprise.EventTimerScheduled {
+			continue
+		}
+		var err error
+		if bodies[i], err = encodeEvent(e); err != nil {
+			return nil, err
+		}
 	}
-	return owner, nil
+	return bodies, nil
+}
+
+// outcome appends events to the history of a run that a task or timer
+// belongs to, and returns them with the run's lease owner.
+func (tx *txn) outcome(runID string, events ...reprise.Event) (*reprise.Outcome, error) {
+	var owner string
+	var last int64
+	if err := tx.queryRow(`SELECT owner, `+lastSeq+` FROM runs WHERE id = ?1`, runID).Scan(&owner, &last); err != nil {
+		return nil, fmt.Errorf("run %s: %w", runID, err)
+	}
+	if err := tx.appendEvents(runID, last, events, nil); err != nil {
+		return nil, err
+	}
+	return &reprise.Outcome{RunID: runID, Owner: owner, Events: events}, nil
 }
 
 // The fields of an event's JSON that are columns instead, as the encoder

@@ -70,9 +70,9 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	var from int
 	var applied []string
-	err = s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *txn) error {
 		applied = applied[:0]
-		if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&from); err != nil {
+		if err := tx.queryRow("PRAGMA user_version").Scan(&from); err != nil {
 			return err
 		}
 		if from > len(ms) {
@@ -81,7 +81,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		for _, m := range ms[from:] {
 			// The connection, not a prepared statement: a migration holds
 			// several statements.
-			if _, err := tx.c.conn.ExecContext(tx.ctx, m.SQL); err != nil {
+			if err := tx.c.script(tx.ctx, m.SQL); err != nil {
 				return fmt.Errorf("%s: %w", m.Name, err)
 			}
 			applied = append(applied, m.Name)
@@ -89,8 +89,7 @@ func (s *Store) migrate(ctx context.Context) error {
 		if len(applied) == 0 {
 			return nil
 		}
-		_, err := tx.c.conn.ExecContext(tx.ctx, fmt.Sprintf("PRAGMA user_version = %d", len(ms)))
-		return err
+		return tx.c.script(tx.ctx, fmt.Sprintf("PRAGMA user_version = %d", len(ms)))
 	})
 	if err != nil {
 		return err

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"reprise"
 )
@@ -23,14 +22,15 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanRun(row scanner) (*reprise.Run, error) {
 	var r reprise.Run
+	var status string
 	var input, output, errJSON []byte
 	var created int64
 	var updated sql.NullInt64
-	err := row.Scan(&r.ID, &r.Workflow, &r.Status, &r.Execution, &input, &output, &errJSON, &created, &updated)
+	err := row.Scan(&r.ID, &r.Workflow, &status, &r.Execution, &input, &output, &errJSON, &created, &updated)
 	if err != nil {
 		return nil, err
 	}
-	r.Input, r.Output = input, output
+	r.Status, r.Input, r.Output = reprise.RunStatus(status), input, output
 	if errJSON != nil {
 		r.Error = &reprise.ErrorInfo{}
 		if err := json.Unmarshal(errJSON, r.Error); err != nil {
@@ -42,8 +42,8 @@ func scanRun(row scanner) (*reprise.Run, error) {
 	return &r, nil
 }
 
-func getRun(ctx context.Context, q querier, id string) (*reprise.Run, error) {
-	run, err := scanRun(q.QueryRowContext(ctx, `SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
+func getRun(tx *txn, id string) (*reprise.Run, error) {
+	run, err := scanRun(tx.queryRow(`SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, reprise.ErrNotFound
 	}
@@ -52,15 +52,19 @@ func getRun(ctx context.Context, q querier, id string) (*reprise.Run, error) {
 
 // RunCreate creates a run, or returns the existing one with the id.
 func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (reprise.RunLease, bool, error) {
+	startedBody, err := encodeEvents([]reprise.Event{{Type: reprise.EventRunStarted, Workflow: p.Workflow, Input: p.Input}})
+	if err != nil {
+		return reprise.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
+	}
 	var lease reprise.RunLease
 	var created bool
-	err := s.write(ctx, func(tx *wtx) error {
+	err = s.write(ctx, func(tx *txn) error {
 		lease, created = reprise.RunLease{}, false
 		var until, token int64
 		if p.Owner != "" {
 			until, token = tx.nanos+int64(p.LeaseTTL), 1
 		}
-		res, err := tx.ExecContext(ctx, `
+		n, err := tx.exec(`
 			INSERT INTO runs (id, workflow, status, input, owner, lease_until, token, created_at)
 			VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
@@ -68,18 +72,12 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		if err != nil {
 			return err
 		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return err
-		}
 		if n == 0 {
-			lease.Run, err = getRun(ctx, tx, p.ID)
+			lease.Run, err = getRun(tx, p.ID)
 			return err
 		}
-		err = tx.appendEvent(p.ID, &reprise.Event{
-			Type: reprise.EventRunStarted, Execution: 1, Workflow: p.Workflow, Input: p.Input,
-		})
-		if err != nil {
+		started := []reprise.Event{{Type: reprise.EventRunStarted, Execution: 1, Workflow: p.Workflow, Input: p.Input}}
+		if err := tx.appendEvents(p.ID, 0, started, startedBody); err != nil {
 			return err
 		}
 		lease = reprise.RunLease{Token: token, Run: &reprise.Run{
@@ -98,8 +96,8 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 // RunGet returns a run.
 func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
 	var run *reprise.Run
-	err := s.read(ctx, func(q querier, _ time.Time) (err error) {
-		run, err = getRun(ctx, q, id)
+	err := s.read(ctx, func(tx *txn) (err error) {
+		run, err = getRun(tx, id)
 		return err
 	})
 	if err != nil {
@@ -130,9 +128,9 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 	args = append(args, cmp.Or(p.Limit, 100))
 
 	var runs []*reprise.Run
-	err := s.read(ctx, func(q querier, _ time.Time) error {
+	err := s.read(ctx, func(tx *txn) error {
 		runs = runs[:0]
-		rows, err := q.QueryContext(ctx, query, args...)
+		rows, err := tx.query(query, args...)
 		if err != nil {
 			return err
 		}
@@ -167,14 +165,14 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 			ORDER BY created_at, id LIMIT ?)
 		RETURNING id, token`
 	var leases []reprise.RunLease
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *txn) error {
 		leases = leases[:0]
 		args := []any{p.Owner, tx.nanos + int64(p.LeaseTTL), tx.nanos}
 		for _, w := range p.Workflows {
 			args = append(args, w)
 		}
 		args = append(args, p.Limit)
-		rows, err := tx.QueryContext(ctx, query, args...)
+		rows, err := tx.query(query, args...)
 		if err != nil {
 			return err
 		}
@@ -191,7 +189,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 			return err
 		}
 		for i := range leases {
-			if leases[i].Run, err = getRun(ctx, tx, leases[i].Run.ID); err != nil {
+			if leases[i].Run, err = getRun(tx, leases[i].Run.ID); err != nil {
 				return err
 			}
 		}
@@ -213,14 +211,14 @@ func placeholders(n int) string {
 // RunRenew sets the owner's run leases to lapse LeaseTTL from now, or
 // releases them when LeaseTTL is zero.
 func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *txn) error {
 		if p.LeaseTTL <= 0 {
-			_, err := tx.ExecContext(ctx, `
+			_, err := tx.exec(`
 				UPDATE runs SET owner = '', lease_until = 0
 				WHERE owner = ? AND status IN ('pending', 'running')`, p.Owner)
 			return err
 		}
-		_, err := tx.ExecContext(ctx, `
+		_, err := tx.exec(`
 			UPDATE runs SET lease_until = ?
 			WHERE owner = ? AND status IN ('pending', 'running')`, tx.nanos+int64(p.LeaseTTL), p.Owner)
 		return err
@@ -243,47 +241,50 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) ([]
 			return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
 		}
 	}
+	planned := advanceEvents(p)
+	bodies, err := encodeEvents(planned)
+	if err != nil {
+		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
+	}
 	var events []reprise.Event
-	err := s.write(ctx, func(tx *wtx) error {
-		events = events[:0]
-		status, token, execution, err := tx.activeRun(p.RunID)
+	err = s.write(ctx, func(tx *txn) error {
+		status, token, execution, last, err := tx.activeRun(p.RunID)
 		if err != nil {
 			return err
 		}
 		if token != p.Token {
 			return reprise.ErrLeaseLost
 		}
-		if status == reprise.RunPending && p.Finish == nil {
-			if _, err := tx.ExecContext(ctx, `UPDATE runs SET status = 'running' WHERE id = ?`, p.RunID); err != nil {
+		events = slices.Clone(planned)
+		for i := range events {
+			events[i].Execution = execution
+			if events[i].Type == reprise.EventTimerScheduled {
+				events[i].FireAt = tx.now.Add(events[i].Delay)
+			}
+		}
+		switch {
+		case p.Finish != nil:
+			_, err = tx.exec(`
+				UPDATE runs SET status = ?, output = ?, error = ?, owner = '', lease_until = 0
+				WHERE id = ?`, string(p.Finish.Status), blob(p.Finish.Output), errBlob, p.RunID)
+			if err != nil {
+				return err
+			}
+			if err := tx.dropWork(p.RunID); err != nil {
+				return err
+			}
+		case status == reprise.RunPending:
+			if _, err := tx.exec(`UPDATE runs SET status = 'running' WHERE id = ?`, p.RunID); err != nil {
 				return err
 			}
 		}
-		if err := tx.schedule(p, execution, &events); err != nil {
+		if err := tx.appendEvents(p.RunID, last, events, bodies); err != nil {
 			return err
 		}
-		if p.Finish == nil {
+		if p.Finish != nil {
 			return nil
 		}
-		_, err = tx.ExecContext(ctx, `
-			UPDATE runs SET status = ?, output = ?, error = ?, owner = '', lease_until = 0
-			WHERE id = ?`, string(p.Finish.Status), blob(p.Finish.Output), errBlob, p.RunID)
-		if err != nil {
-			return err
-		}
-		end := reprise.Event{Execution: execution}
-		switch p.Finish.Status {
-		case reprise.RunCompleted:
-			end.Type, end.Output = reprise.EventRunCompleted, p.Finish.Output
-		case reprise.RunFailed:
-			end.Type, end.Error = reprise.EventRunFailed, p.Finish.Error
-		case reprise.RunCancelled:
-			end.Type, end.Error = reprise.EventRunCancelled, p.Finish.Error
-		}
-		if err := tx.appendEvent(p.RunID, &end); err != nil {
-			return err
-		}
-		events = append(events, end)
-		return tx.dropWork(p.RunID)
+		return tx.schedule(p, execution)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
@@ -291,100 +292,110 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) ([]
 	return events, nil
 }
 
-// activeRun reads the state of a run that must be active: ErrNotFound
-// when there is none, ErrRunFinished when it has finished.
-func (tx *wtx) activeRun(id string) (status reprise.RunStatus, token int64, execution int, err error) {
-	err = tx.QueryRowContext(tx.ctx, `SELECT status, token, execution FROM runs WHERE id = ?`, id).
-		Scan(&status, &token, &execution)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", 0, 0, reprise.ErrNotFound
-	case err != nil:
-		return "", 0, 0, err
-	case status.Final():
-		return "", 0, 0, reprise.ErrRunFinished
+// advanceEvents returns the events an advance appends: its steps and
+// timers in position order, then the run's end. Execution, and the fire
+// times of timers, are for the write to set.
+func advanceEvents(p *reprise.RunAdvanceParams) []reprise.Event {
+	events := make([]reprise.Event, 0, len(p.Steps)+len(p.Timers)+1)
+	for _, st := range p.Steps {
+		events = append(events, reprise.Event{
+			Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name,
+			Input: st.Input, Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey,
+		})
 	}
-	return status, token, execution, nil
+	for _, tm := range p.Timers {
+		events = append(events, reprise.Event{Type: reprise.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay})
+	}
+	slices.SortStableFunc(events, func(a, b reprise.Event) int { return cmp.Compare(a.Position, b.Position) })
+	if f := p.Finish; f != nil {
+		end := reprise.Event{}
+		switch f.Status {
+		case reprise.RunCompleted:
+			end.Type, end.Output = reprise.EventRunCompleted, f.Output
+		case reprise.RunFailed:
+			end.Type, end.Error = reprise.EventRunFailed, f.Error
+		case reprise.RunCancelled:
+			end.Type, end.Error = reprise.EventRunCancelled, f.Error
+		}
+		events = append(events, end)
+	}
+	return events
 }
 
-// schedule appends the advance's steps and timers in position order, and
-// makes them tasks and timers.
-func (tx *wtx) schedule(p *reprise.RunAdvanceParams, execution int, events *[]reprise.Event) error {
-	steps := slices.SortedFunc(slices.Values(p.Steps), func(a, b reprise.StepSpec) int { return cmp.Compare(a.Position, b.Position) })
-	timers := slices.SortedFunc(slices.Values(p.Timers), func(a, b reprise.TimerSpec) int { return cmp.Compare(a.Position, b.Position) })
-	for len(steps) > 0 || len(timers) > 0 {
-		if len(timers) == 0 || len(steps) > 0 && steps[0].Position < timers[0].Position {
-			st := steps[0]
-			steps = steps[1:]
-			e := reprise.Event{
-				Type: reprise.EventStepScheduled, Execution: execution, Position: st.Position, Step: st.Name,
-				Input: st.Input, Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey,
-			}
-			if err := tx.appendEvent(p.RunID, &e); err != nil {
-				return err
-			}
-			_, err := tx.ExecContext(tx.ctx, `
-				INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at)
-				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-				p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
-				int64(st.Timeout), tx.nanos)
-			if err != nil {
-				return fmt.Errorf("schedule step %d: %w", st.Position, err)
-			}
-			*events = append(*events, e)
-			continue
+// activeRun reads the state of a run that must be active, and the last
+// Seq of its history: ErrNotFound when there is no such run,
+// ErrRunFinished when it has finished.
+func (tx *txn) activeRun(id string) (status reprise.RunStatus, token int64, execution int, last int64, err error) {
+	var s string
+	err = tx.queryRow(`SELECT status, token, execution, `+lastSeq+` FROM runs WHERE id = ?1`, id).
+		Scan(&s, &token, &execution, &last)
+	status = reprise.RunStatus(s)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", 0, 0, 0, reprise.ErrNotFound
+	case err != nil:
+		return "", 0, 0, 0, err
+	case status.Final():
+		return "", 0, 0, 0, reprise.ErrRunFinished
+	}
+	return status, token, execution, last, nil
+}
+
+// schedule makes an advance's steps ready tasks and its timers pending.
+func (tx *txn) schedule(p *reprise.RunAdvanceParams, execution int) error {
+	// Tasks get their ids in position order, so that claims of tasks ready
+	// at the same time follow the workflow's order.
+	steps := slices.SortedStableFunc(slices.Values(p.Steps), func(a, b reprise.StepSpec) int { return cmp.Compare(a.Position, b.Position) })
+	for _, st := range steps {
+		_, err := tx.exec(`
+			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
+			int64(st.Timeout), tx.nanos)
+		if err != nil {
+			return fmt.Errorf("schedule step %d: %w", st.Position, err)
 		}
-		tm := timers[0]
-		timers = timers[1:]
-		fireAt := tx.now.Add(tm.Delay)
-		e := reprise.Event{
-			Type: reprise.EventTimerScheduled, Execution: execution, Position: tm.Position, Delay: tm.Delay, FireAt: fireAt,
-		}
-		if err := tx.appendEvent(p.RunID, &e); err != nil {
-			return err
-		}
-		_, err := tx.ExecContext(tx.ctx, `
-			INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, ?, ?, ?)`,
-			p.RunID, execution, tm.Position, fireAt.UnixNano())
+	}
+	for _, tm := range p.Timers {
+		_, err := tx.exec(`INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, ?, ?, ?)`,
+			p.RunID, execution, tm.Position, tx.nanos+int64(tm.Delay))
 		if err != nil {
 			return fmt.Errorf("schedule timer %d: %w", tm.Position, err)
 		}
-		*events = append(*events, e)
 	}
 	return nil
 }
 
 // dropWork deletes a finished run's tasks and timers: results of attempts
 // still running then find no task and are rejected.
-func (tx *wtx) dropWork(runID string) error {
-	if _, err := tx.ExecContext(tx.ctx, `DELETE FROM tasks WHERE run_id = ?`, runID); err != nil {
+func (tx *txn) dropWork(runID string) error {
+	if _, err := tx.exec(`DELETE FROM tasks WHERE run_id = ?`, runID); err != nil {
 		return err
 	}
-	_, err := tx.ExecContext(tx.ctx, `DELETE FROM timers WHERE run_id = ?`, runID)
+	_, err := tx.exec(`DELETE FROM timers WHERE run_id = ?`, runID)
 	return err
 }
 
 // RunCancel cancels an active run.
 func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
 	var run *reprise.Run
-	err := s.write(ctx, func(tx *wtx) error {
-		_, _, execution, err := tx.activeRun(p.ID)
+	err := s.write(ctx, func(tx *txn) error {
+		_, _, execution, last, err := tx.activeRun(p.ID)
 		if err != nil {
 			return err
 		}
-		_, err = tx.ExecContext(ctx, `
-			UPDATE runs SET status = 'cancelled', owner = '', lease_until = 0 WHERE id = ?`, p.ID)
+		_, err = tx.exec(`UPDATE runs SET status = 'cancelled', owner = '', lease_until = 0 WHERE id = ?`, p.ID)
 		if err != nil {
 			return err
 		}
-		err = tx.appendEvent(p.ID, &reprise.Event{Type: reprise.EventRunCancelled, Execution: execution, Reason: p.Reason})
-		if err != nil {
+		cancelled := []reprise.Event{{Type: reprise.EventRunCancelled, Execution: execution, Reason: p.Reason}}
+		if err := tx.appendEvents(p.ID, last, cancelled, nil); err != nil {
 			return err
 		}
 		if err := tx.dropWork(p.ID); err != nil {
 			return err
 		}
-		run, err = getRun(ctx, tx, p.ID)
+		run, err = getRun(tx, p.ID)
 		return err
 	})
 	if err != nil {

@@ -10,15 +10,12 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"strings"
 	"time"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"reprise"
 )
@@ -55,14 +52,14 @@ type Store struct {
 	now    func() time.Time
 	logger *slog.Logger
 
-	writeDB *sql.DB // one connection, held by commit
-	commit  *committer
-	readDB  *sql.DB // nil for ":memory:": reads then go through commit
+	commit  *committer // runs every write on the one write connection
+	readers *pool      // nil for ":memory:": reads then go through commit
 }
 
 // Open opens the database at path, creating it if needed, and migrates it
 // to this version's schema (see Migrate). A path of ":memory:" opens a
-// private in-memory database, for tests.
+// private in-memory database, for tests: its one connection serves reads
+// and writes.
 //
 // A database migrated by a newer reprise gives an error wrapping
 // reprise.ErrSchemaTooNew.
@@ -120,37 +117,23 @@ func (s *Store) open(o Options) error {
 		busy,
 		"synchronous(" + strings.ToUpper(o.Synchronous) + ")",
 		"temp_store(MEMORY)",
-		"cache_size(-16000)", // 16 MB of page cache per connection
+		"cache_size(-32000)", // 32 MB of page cache
 	}
 	if !memory {
 		pragmas = append(pragmas, "journal_mode(WAL)")
 	}
-
-	var err error
-	s.writeDB, err = sql.Open("sqlite", dsn(s.path, pragmas))
+	w, err := openConn(dsn(s.path, pragmas))
 	if err != nil {
 		return err
 	}
-	s.writeDB.SetMaxOpenConns(1)
-	s.writeDB.SetMaxIdleConns(1)
-	s.writeDB.SetConnMaxLifetime(0)
-	s.writeDB.SetConnMaxIdleTime(0)
-	// Open is a constructor without a context: the connection is set up
-	// once, with the background context the driver uses itself.
-	conn, err := s.writeDB.Conn(context.Background())
-	if err != nil {
-		return err
-	}
-	s.commit = newCommitter(conn, s.now)
-
+	s.commit = newCommitter(w, s.now)
 	if !memory {
-		s.readDB, err = sql.Open("sqlite", dsn(s.path, []string{busy, "cache_size(-16000)", "query_only(1)"}))
-		if err != nil {
-			return err
-		}
-		s.readDB.SetMaxOpenConns(o.ReadConns)
-		s.readDB.SetMaxIdleConns(o.ReadConns)
+		// Readers need no journal mode (WAL is a property of the file,
+		// set by the writer) and must never write.
+		s.readers = newPool(o.ReadConns, dsn(s.path, []string{busy, "cache_size(-8000)", "query_only(1)"}))
 	}
+	// Open has no context to give: the migration runs under one that is
+	// never cancelled, like the driver's own setup statements.
 	return s.migrate(context.Background())
 }
 
@@ -172,18 +155,15 @@ func dsn(path string, pragmas []string) string {
 }
 
 // Close waits for the writes under way, then closes the database. Calls
-// after Close fail.
+// after Close fail; reads must not be under way.
 func (s *Store) Close() error {
 	var errs []error
 	if s.commit != nil {
 		s.commit.close()
-		errs = append(errs, s.commit.conn.Close())
+		errs = append(errs, s.commit.conn.close())
 	}
-	if s.writeDB != nil {
-		errs = append(errs, s.writeDB.Close())
-	}
-	if s.readDB != nil {
-		errs = append(errs, s.readDB.Close())
+	if s.readers != nil {
+		errs = append(errs, s.readers.close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close sqlite store: %w", err)
@@ -191,29 +171,88 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// A querier runs statements: a read transaction, or the write transaction
-// of a batch.
-type querier interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
 // write runs fn in a group-committed write transaction.
-func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
+func (s *Store) write(ctx context.Context, fn func(tx *txn) error) error {
 	return s.commit.do(ctx, fn)
 }
 
-// read runs fn in a read transaction, a snapshot of the database, and gives
-// it the store's time.
-func (s *Store) read(ctx context.Context, fn func(q querier, now time.Time) error) error {
-	if s.readDB == nil {
-		return s.commit.do(ctx, func(tx *wtx) error { return fn(tx, s.now().UTC()) })
+// read runs fn in a read transaction, a snapshot of the database taken at
+// its first statement, with the store's time.
+func (s *Store) read(ctx context.Context, fn func(tx *txn) error) error {
+	if s.readers == nil {
+		return s.commit.do(ctx, fn)
 	}
-	tx, err := s.readDB.BeginTx(ctx, nil)
+	c, err := s.readers.get(ctx)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	return fn(tx, s.now().UTC())
+	now := s.now().UTC()
+	tx := &txn{c: c, ctx: ctx, now: now, nanos: now.UnixNano()}
+	if err := tx.begin("DEFERRED"); err != nil {
+		s.readers.discard(c)
+		return err
+	}
+	err = fn(tx)
+	if rerr := c.script(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+		// A connection stuck in a transaction is of no further use.
+		s.readers.discard(c)
+		return errors.Join(err, rerr)
+	}
+	s.readers.put(c)
+	return err
+}
+
+// A pool holds the read-only connections, opened as they are needed.
+type pool struct {
+	dsn   string
+	idle  chan *conn
+	slots chan struct{} // one per open connection
+}
+
+func newPool(size int, dsn string) *pool {
+	return &pool{dsn: dsn, idle: make(chan *conn, size), slots: make(chan struct{}, size)}
+}
+
+func (p *pool) get(ctx context.Context) (*conn, error) {
+	select {
+	case c := <-p.idle:
+		return c, nil
+	default:
+	}
+	select {
+	case c := <-p.idle:
+		return c, nil
+	case p.slots <- struct{}{}:
+		c, err := openConn(p.dsn)
+		if err != nil {
+			<-p.slots
+			return nil, err
+		}
+		return c, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+func (p *pool) put(c *conn) { p.idle <- c }
+
+// discard closes a connection that is not to be reused.
+func (p *pool) discard(c *conn) {
+	_ = c.close()
+	<-p.slots
+}
+
+// close closes the idle connections: all of them, when no read is under
+// way.
+func (p *pool) close() error {
+	var errs []error
+	for {
+		select {
+		case c := <-p.idle:
+			errs = append(errs, c.close())
+			<-p.slots
+		default:
+			return errors.Join(errs...)
+		}
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -42,32 +41,23 @@ func scanTask(row scanner) (*reprise.Task, int64, error) {
 	return &t, readyAt, nil
 }
 
-// claimTasksSQL returns the statement that leases the oldest ready tasks
-// of n step names, each up to its quota and all up to a total: a new
-// attempt, a new token, and a lease cut to the attempt's timeout. Its
-// parameters are the owner, now, the lease TTL, the total, then each step
-// name and quota.
-func claimTasksSQL(n int) string {
+// readyTasksSQL returns the query for the oldest ready tasks of n step
+// names, each up to its quota and all up to a total. Its parameters are
+// now, the total, then each step name and quota.
+func readyTasksSQL(n int) string {
 	steps := make([]string, n)
 	for i := range steps {
 		steps[i] = fmt.Sprintf(`
 			SELECT * FROM (
 				SELECT id, ready_at FROM tasks
-				WHERE step = ?%d AND lease_until IS NULL AND ready_at <= ?2
-				ORDER BY ready_at, id LIMIT ?%d)`, 5+2*i, 6+2*i)
+				WHERE step = ?%d AND lease_until IS NULL AND ready_at <= ?1
+				ORDER BY ready_at, id LIMIT ?%d)`, 3+2*i, 4+2*i)
 	}
 	return `
-		UPDATE tasks SET
-			attempt = attempt + 1,
-			token = token + 1,
-			owner = ?1,
-			started_at = ?2,
-			first_started_at = coalesce(first_started_at, ?2),
-			lease_until = ?2 + CASE WHEN timeout > 0 AND timeout < ?3 THEN timeout ELSE ?3 END
-		WHERE id IN (
+		SELECT ` + taskColumns + ` FROM tasks WHERE id IN (
 			SELECT id FROM (` + strings.Join(steps, " UNION ALL ") + `)
-			ORDER BY ready_at, id LIMIT ?4)
-		RETURNING ` + taskColumns
+			ORDER BY ready_at, id LIMIT ?2)
+		ORDER BY ready_at, id`
 }
 
 // TaskClaim leases the oldest ready tasks, up to each step's quota and the
@@ -87,15 +77,15 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 	if total == 0 {
 		return nil, nil
 	}
-	query := claimTasksSQL(len(quotas))
+	query := readyTasksSQL(len(quotas))
 	var tasks []*reprise.Task
-	err := s.write(ctx, func(tx *wtx) error {
-		args := []any{p.Owner, tx.nanos, int64(p.LeaseTTL), total}
+	err := s.write(ctx, func(tx *txn) error {
+		args := []any{tx.nanos, total}
 		for _, q := range quotas {
 			args = append(args, q.Name, q.Limit)
 		}
 		var err error
-		tasks, err = tx.claim(query, p.Owner, args)
+		tasks, err = tx.claim(query, args, p)
 		return err
 	})
 	if err != nil {
@@ -104,44 +94,58 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 	return tasks, nil
 }
 
-// claim runs a claim statement and appends AttemptStarted for each task
-// it leased, oldest ready first.
-func (tx *wtx) claim(query, owner string, args []any) ([]*reprise.Task, error) {
-	rows, err := tx.QueryContext(tx.ctx, query, args...)
+// claim leases the tasks query finds, in its order: a new attempt under a
+// new token, with a lease cut to the attempt's timeout. It appends
+// AttemptStarted for each. The write transaction holds SQLite's one write
+// lock, so nothing can claim the tasks between the query and the update.
+func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*reprise.Task, error) {
+	rows, err := tx.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
-	type claim struct {
-		task    *reprise.Task
-		readyAt int64
-	}
-	var claims []claim
+	var tasks []*reprise.Task
 	for rows.Next() {
-		t, readyAt, err := scanTask(rows)
+		t, _, err := scanTask(rows)
 		if err != nil {
 			rows.Close()
 			return nil, err
 		}
-		claims = append(claims, claim{t, readyAt})
+		tasks = append(tasks, t)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
-	slices.SortFunc(claims, func(a, b claim) int {
-		return cmp.Or(cmp.Compare(a.readyAt, b.readyAt), cmp.Compare(a.task.ID, b.task.ID))
-	})
-	tasks := make([]*reprise.Task, len(claims))
-	for i, c := range claims {
-		t := c.task
-		err := tx.appendEvent(t.RunID, &reprise.Event{
-			Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
-			Attempt: t.Attempt, Worker: owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
-		})
+	for _, t := range tasks {
+		t.Attempt++
+		t.Token++
+		t.StartedAt = tx.now
+		if t.FirstStartedAt.IsZero() {
+			t.FirstStartedAt = tx.now
+		}
+		lease := p.LeaseTTL
+		if t.Timeout > 0 && t.Timeout < lease {
+			lease = t.Timeout
+		}
+		t.LeaseUntil = tx.now.Add(lease)
+		_, err := tx.exec(`
+			UPDATE tasks SET attempt = ?, token = ?, owner = ?, started_at = ?, first_started_at = ?, lease_until = ?
+			WHERE id = ?`,
+			t.Attempt, t.Token, p.Owner, tx.nanos, t.FirstStartedAt.UnixNano(), t.LeaseUntil.UnixNano(), t.ID)
 		if err != nil {
 			return nil, err
 		}
-		tasks[i] = t
+		var last int64
+		if err := tx.queryRow(`SELECT `+lastSeq, t.RunID).Scan(&last); err != nil {
+			return nil, err
+		}
+		started := []reprise.Event{{
+			Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
+			Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
+		}}
+		if err := tx.appendEvents(t.RunID, last, started, nil); err != nil {
+			return nil, err
+		}
 	}
 	return tasks, nil
 }
@@ -149,8 +153,8 @@ func (tx *wtx) claim(query, owner string, args []any) ([]*reprise.Task, error) {
 // TaskGet returns a task as it stands.
 func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 	var task *reprise.Task
-	err := s.read(ctx, func(q querier, _ time.Time) error {
-		t, _, err := scanTask(q.QueryRowContext(ctx, `SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
+	err := s.read(ctx, func(tx *txn) error {
+		t, _, err := scanTask(tx.queryRow(`SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return reprise.ErrNotFound
 		}
@@ -167,8 +171,8 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 // attempt's timeout.
 func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParams) (time.Time, error) {
 	var until int64
-	err := s.write(ctx, func(tx *wtx) error {
-		err := tx.QueryRowContext(ctx, `
+	err := s.write(ctx, func(tx *txn) error {
+		err := tx.queryRow(`
 			UPDATE tasks SET lease_until = CASE
 				WHEN timeout > 0 AND started_at + timeout < ?1 + ?2 THEN started_at + timeout
 				ELSE ?1 + ?2 END
@@ -198,34 +202,19 @@ const attemptColumns = `run_id, execution, position, step, attempt`
 
 // endAttempt runs query, which ends a leased attempt and returns its
 // attemptColumns, or nothing when the token or lease does not hold.
-func (tx *wtx) endAttempt(query string, args ...any) (attempt, error) {
+func (tx *txn) endAttempt(query string, args ...any) (attempt, error) {
 	var a attempt
-	err := tx.QueryRowContext(tx.ctx, query, args...).Scan(&a.runID, &a.execution, &a.position, &a.step, &a.attempt)
+	err := tx.queryRow(query, args...).Scan(&a.runID, &a.execution, &a.position, &a.step, &a.attempt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, reprise.ErrLeaseLost
 	}
 	return a, err
 }
 
-// outcome appends the events to the run's history and returns them with
-// the run's owner.
-func (tx *wtx) outcome(runID string, events ...reprise.Event) (*reprise.Outcome, error) {
-	for i := range events {
-		if err := tx.appendEvent(runID, &events[i]); err != nil {
-			return nil, err
-		}
-	}
-	owner, err := tx.runOwner(runID)
-	if err != nil {
-		return nil, err
-	}
-	return &reprise.Outcome{RunID: runID, Owner: owner, Events: events}, nil
-}
-
 // TaskComplete records a successful attempt and removes its task.
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var out *reprise.Outcome
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *txn) error {
 		a, err := tx.endAttempt(`
 			DELETE FROM tasks WHERE id = ? AND token = ? AND lease_until > ?
 			RETURNING `+attemptColumns, p.TaskID, p.Token, tx.nanos)
@@ -258,7 +247,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 		lease = leaseLapsed
 	}
 	var out *reprise.Outcome
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *txn) error {
 		failed := reprise.Event{Type: reprise.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
 		var a attempt
 		var err error
@@ -299,12 +288,12 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 // expiry first.
 func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredParams) ([]*reprise.Task, error) {
 	var tasks []*reprise.Task
-	err := s.read(ctx, func(q querier, now time.Time) error {
+	err := s.read(ctx, func(tx *txn) error {
 		tasks = tasks[:0]
-		rows, err := q.QueryContext(ctx, `
+		rows, err := tx.query(`
 			SELECT `+taskColumns+` FROM tasks
 			WHERE lease_until IS NOT NULL AND lease_until <= ?
-			ORDER BY lease_until, id LIMIT ?`, now.UnixNano(), cmp.Or(p.Limit, 100))
+			ORDER BY lease_until, id LIMIT ?`, tx.nanos, cmp.Or(p.Limit, 100))
 		if err != nil {
 			return err
 		}

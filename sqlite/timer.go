@@ -15,9 +15,9 @@ import (
 // and deletes it. It returns one Outcome per run.
 func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*reprise.Outcome, error) {
 	var outcomes []*reprise.Outcome
-	err := s.write(ctx, func(tx *wtx) error {
+	err := s.write(ctx, func(tx *txn) error {
 		outcomes = outcomes[:0]
-		rows, err := tx.QueryContext(ctx, `
+		rows, err := tx.query(`
 			DELETE FROM timers WHERE id IN (
 				SELECT id FROM timers WHERE fire_at <= ? ORDER BY fire_at, id LIMIT ?)
 			RETURNING id, run_id, execution, position, fire_at`, tx.nanos, cmp.Or(p.Limit, 100))
@@ -45,23 +45,23 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		}
 		slices.SortFunc(fired, func(a, b timer) int { return cmp.Or(cmp.Compare(a.fireAt, b.fireAt), cmp.Compare(a.id, b.id)) })
 
-		byRun := map[string]*reprise.Outcome{}
+		// One outcome per run, in the order of their first timer.
+		var runs []string
+		byRun := map[string][]reprise.Event{}
 		for _, t := range fired {
-			out := byRun[t.runID]
-			if out == nil {
-				owner, err := tx.runOwner(t.runID)
-				if err != nil {
-					return err
-				}
-				out = &reprise.Outcome{RunID: t.runID, Owner: owner}
-				byRun[t.runID] = out
-				outcomes = append(outcomes, out)
+			if byRun[t.runID] == nil {
+				runs = append(runs, t.runID)
 			}
-			e := reprise.Event{Type: reprise.EventTimerFired, Execution: t.execution, Position: t.position}
-			if err := tx.appendEvent(t.runID, &e); err != nil {
+			byRun[t.runID] = append(byRun[t.runID], reprise.Event{
+				Type: reprise.EventTimerFired, Execution: t.execution, Position: t.position,
+			})
+		}
+		for _, id := range runs {
+			out, err := tx.outcome(id, byRun[id]...)
+			if err != nil {
 				return err
 			}
-			out.Events = append(out.Events, e)
+			outcomes = append(outcomes, out)
 		}
 		return nil
 	})
@@ -76,11 +76,11 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 // earliest timer.
 func (s *Store) NextWake(ctx context.Context, p *reprise.NextWakeParams) (reprise.Wake, error) {
 	var w reprise.Wake
-	err := s.read(ctx, func(q querier, _ time.Time) error {
+	err := s.read(ctx, func(tx *txn) error {
 		w = reprise.Wake{}
 		earliest := func(query string, args ...any) (time.Time, error) {
 			var n sql.NullInt64
-			if err := q.QueryRowContext(ctx, query, args...).Scan(&n); err != nil || !n.Valid {
+			if err := tx.queryRow(query, args...).Scan(&n); err != nil || !n.Valid {
 				return time.Time{}, err
 			}
 			return fromNanos(n.Int64), nil
