@@ -1,0 +1,105 @@
+package sqlite_test
+
+import (
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	_ "modernc.org/sqlite" // the database/sql driver, to reach behind the store
+
+	"reprise"
+	"reprise/sqlite"
+)
+
+// userVersion reads or, with set >= 0, writes the schema version of the
+// database file at path.
+func userVersion(t *testing.T, path string, set int) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if set >= 0 {
+		if _, err := db.Exec(`PRAGMA user_version = ` + strconv.Itoa(set)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestMigrateReopenKeepsData(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "reprise.db")
+	s, err := sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	_, _, err = s.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "run-1", Workflow: "w", Input: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	version := userVersion(t, path, -1)
+	if version < 1 {
+		t.Fatalf("user_version = %d after Open, want the schema's version", version)
+	}
+
+	s, err = sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer s.Close()
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate again: %v", err)
+	}
+	if _, err := s.RunGet(t.Context(), "run-1"); err != nil {
+		t.Fatalf("RunGet after reopening: %v", err)
+	}
+	if v := userVersion(t, path, -1); v != version {
+		t.Fatalf("user_version = %d after reopening, want %d", v, version)
+	}
+}
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "reprise.db")
+	s, err := sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	s.Close()
+	userVersion(t, path, 1000)
+
+	_, err = sqlite.Open(path, &sqlite.Options{Now: time.Now})
+	if !errors.Is(err, reprise.ErrSchemaTooNew) {
+		t.Fatalf("Open of a newer schema: err = %v, want ErrSchemaTooNew", err)
+	}
+	if v := userVersion(t, path, -1); v != 1000 {
+		t.Fatalf("user_version = %d, want it left at 1000", v)
+	}
+}
+
+func TestOpenValidatesOptions(t *testing.T) {
+	t.Parallel()
+	_, err := sqlite.Open(":memory:", &sqlite.Options{Synchronous: "SOMETIMES", BusyTimeout: -1})
+	if err == nil {
+		t.Fatal("Open with bad options: no error")
+	}
+	for _, want := range []string{"Synchronous", "BusyTimeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not name %s", err, want)
+		}
+	}
+}
