@@ -122,6 +122,12 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{o.Schema}.Sanitize()
 	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
+	// Every statement is prepared once per connection and its parameters
+	// never change which index serves it, so a generic plan is always
+	// right; the default would plan the claims afresh on each call.
+	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
+		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
 	return cfg, o, nil
 }
 

@@ -121,14 +121,29 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 	if limit <= 0 {
 		limit = 100
 	}
+	// Only the filters in use go into the query, so that each combination
+	// has a plan that uses its index.
+	where := []string{"true"}
+	args := []any{limit}
+	filter := func(cond string, arg any) {
+		args = append(args, arg)
+		where = append(where, fmt.Sprintf(cond, len(args)))
+	}
+	if p.Status != "" {
+		filter("status = $%d", string(p.Status))
+	}
+	if p.Workflow != "" {
+		filter("workflow = $%d", p.Workflow)
+	}
+	if p.Before != "" {
+		filter("(created_at, id) < (SELECT created_at, id FROM reprise_run WHERE id = $%d)", p.Before)
+	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+` FROM reprise_run
-		WHERE ($1 = '' OR status = $1)
-			AND ($2 = '' OR workflow = $2)
-			AND ($3 = '' OR (created_at, id) < (SELECT created_at, id FROM reprise_run WHERE id = $3))
+		WHERE `+strings.Join(where, " AND ")+`
 		ORDER BY created_at DESC, id DESC
-		LIMIT $4`,
-		string(p.Status), p.Workflow, p.Before, limit)
+		LIMIT $1`,
+		args...)
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
