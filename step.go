@@ -74,6 +74,37 @@ type stepConfig struct {
 	policy      *compiledPolicy
 	key         string
 	concurrency int
+	retryIf     func(error) bool
+	nextDelay   func(attempt int, err error) (time.Duration, bool)
+}
+
+// The rules recorded in AttemptFailed when a step's own hooks decided.
+const (
+	RuleRetryIf   = "retry_if predicate"
+	RuleNextDelay = "then next_delay hook"
+)
+
+// WithRetryIf gives a step a predicate that decides whether an error may
+// be retried at all: false stops the step as permanent (the history says
+// the predicate decided); true leaves how often and how long to the
+// policy's rules. It is read where the step is defined: functions cannot
+// be stored, so the engine that runs the step must have it registered.
+func WithRetryIf(retryable func(error) bool) StepOption {
+	return func(c *stepConfig) error {
+		c.retryIf = retryable
+		return nil
+	}
+}
+
+// WithNextDelay gives a step a hook that replaces the policy's backoff:
+// after attempt n fails with err, a retry the policy allows waits the
+// returned delay instead, when ok. The deadline still holds. It is read
+// where the step is defined.
+func WithNextDelay(next func(attempt int, err error) (delay time.Duration, ok bool)) StepOption {
+	return func(c *stepConfig) error {
+		c.nextDelay = next
+		return nil
+	}
 }
 
 func newStepConfig(opts []StepOption) (stepConfig, error) {

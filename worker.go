@@ -336,21 +336,40 @@ func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool)
 		p.Reason = string(retry.ReasonPermanent)
 		return p
 	}
+	var cfg stepConfig
+	e.mu.Lock()
+	if s := e.steps[t.Step]; s != nil {
+		cfg = s.cfg
+	}
+	e.mu.Unlock()
+	if cfg.retryIf != nil && !retry.IsPermanent(err) && !cfg.retryIf(err) {
+		p.Reason, p.Rule = string(retry.ReasonPermanent), RuleRetryIf
+		return p
+	}
 	first := t.FirstStartedAt
 	if first.IsZero() {
 		first = t.StartedAt
 	}
+	elapsed := e.clock.Now().Sub(first)
 	d := pol.Decide(&retry.Failure{
 		Attempt:    t.Attempt,
 		Types:      retry.TypeChain(err),
 		Permanent:  retry.IsPermanent(err),
 		RetryAfter: retry.RetryAfterOf(err),
-		Elapsed:    e.clock.Now().Sub(first),
+		Elapsed:    elapsed,
 		Key:        t.IdempotencyKey,
 	})
 	p.Retry, p.Delay, p.Reason = d.Retry, d.Delay, string(d.Reason)
 	if d.Rule >= 0 {
 		p.Rule = (&retry.Policy{Rules: pol.Rules[d.Rule : d.Rule+1]}).String()
+	}
+	if d.Retry && cfg.nextDelay != nil {
+		if nd, ok := cfg.nextDelay(t.Attempt, err); ok {
+			p.Delay, p.Rule = max(nd, 0), p.Rule+" "+RuleNextDelay
+			if pol.Deadline > 0 && elapsed+p.Delay > pol.Deadline {
+				d.Reason, p.Retry, p.Reason = retry.ReasonDeadline, false, string(retry.ReasonDeadline)
+			}
+		}
 	}
 	if d.Reason == retry.ReasonDeadline {
 		p.Error.Message = fmt.Sprintf("%s (next retry in %v would pass the %v deadline)", p.Error.Message, d.Delay, pol.Deadline)
