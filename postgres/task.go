@@ -1,9 +1,11 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -80,50 +82,50 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 				WHERE id IN (SELECT picked_run FROM picked)
 				ORDER BY id
 				FOR UPDATE SKIP LOCKED)
-			SELECT `+taskColumns+`, last_seq, updated_at, c.now
-			FROM picked
-				JOIN reprise_task ON id = picked_id
-				JOIN runs ON head_id = picked_run,
-				c
-			ORDER BY picked_ready, picked_id`,
-			s.clock(), steps, limits, total)
+			UPDATE reprise_task SET attempt = attempt + 1, token = token + 1, owner = $5,
+				started_at = c.now, first_started_at = coalesce(first_started_at, c.now),
+				lease_until = c.now + CASE WHEN timeout > '0' AND timeout < $6::interval THEN timeout ELSE $6::interval END
+			FROM picked, runs, c
+			WHERE id = picked_id AND head_id = picked_run
+			RETURNING `+taskColumns+`, last_seq, updated_at, c.now, picked_ready`,
+			s.clock(), steps, limits, total, p.Owner, p.LeaseTTL)
 		if err != nil {
 			return err
 		}
+		type claimed struct {
+			task  *reprise.Task
+			ready time.Time
+		}
 		heads := map[string]*runHead{}
 		var now time.Time
-		tasks, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*reprise.Task, error) {
-			var h runHead
-			t, err := scanTask(row, &h.lastSeq, &h.updatedAt, &now)
+		claims, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (claimed, error) {
+			var (
+				c claimed
+				h runHead
+			)
+			t, err := scanTask(row, &h.lastSeq, &h.updatedAt, &now, &c.ready)
 			if err != nil {
-				return nil, err
+				return c, err
 			}
 			if heads[t.RunID] == nil {
 				h.id = t.RunID
 				heads[t.RunID] = &h
 			}
-			return t, nil
+			c.task = t
+			return c, nil
 		})
-		if err != nil || len(tasks) == 0 {
+		if err != nil {
 			return err
 		}
-		now = now.UTC()
-		a := newAppender(now)
-		ids := make([]int64, len(tasks))
-		leases := make([]time.Time, len(tasks))
-		for i, t := range tasks {
-			t.Attempt++
-			t.Token++
-			t.StartedAt = now
-			if t.FirstStartedAt.IsZero() {
-				t.FirstStartedAt = now
-			}
-			ttl := p.LeaseTTL
-			if t.Timeout > 0 && t.Timeout < ttl {
-				ttl = t.Timeout
-			}
-			t.LeaseUntil = now.Add(ttl).Truncate(time.Microsecond)
-			ids[i], leases[i] = t.ID, t.LeaseUntil
+		// Earliest ready first, as the claim picked them.
+		slices.SortFunc(claims, func(x, y claimed) int {
+			return cmp.Or(x.ready.Compare(y.ready), cmp.Compare(x.task.ID, y.task.ID))
+		})
+		a := newAppender(now.UTC())
+		tasks = make([]*reprise.Task, len(claims))
+		for i, c := range claims {
+			t := c.task
+			tasks[i] = t
 			err := a.add(heads[t.RunID], reprise.Event{
 				Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
 				Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
@@ -132,14 +134,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 				return err
 			}
 		}
-		b := &tx.writes
-		b.Queue(`
-			UPDATE reprise_task SET attempt = attempt + 1, token = token + 1, owner = $1,
-				started_at = $2, first_started_at = coalesce(first_started_at, $2), lease_until = l.lease_until
-			FROM unnest($3::bigint[], $4::timestamptz[]) AS l(task_id, lease_until)
-			WHERE id = l.task_id`,
-			p.Owner, now, ids, leases)
-		a.queue(b)
+		a.queue(&tx.writes)
 		return nil
 	})
 	if err != nil {
