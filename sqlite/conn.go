@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	sqlitedriver "modernc.org/sqlite"
 )
@@ -20,6 +21,7 @@ import (
 type conn struct {
 	dc    driver.Conn
 	stmts map[string]driver.Stmt
+	args  []driver.NamedValue // reused: the driver copies what it binds
 }
 
 func openConn(name string) (*conn, error) {
@@ -65,7 +67,7 @@ func (c *conn) exec(ctx context.Context, query string, args ...any) (int64, erro
 	if err != nil {
 		return 0, err
 	}
-	nv, err := namedValues(args)
+	nv, err := c.namedValues(args)
 	if err != nil {
 		return 0, err
 	}
@@ -82,7 +84,7 @@ func (c *conn) query(ctx context.Context, query string, args ...any) (*rows, err
 	if err != nil {
 		return nil, err
 	}
-	nv, err := namedValues(args)
+	nv, err := c.namedValues(args)
 	if err != nil {
 		return nil, err
 	}
@@ -100,10 +102,11 @@ func (c *conn) queryRow(ctx context.Context, query string, args ...any) *row {
 	return &row{rows: r, err: err}
 }
 
-func namedValues(args []any) ([]driver.NamedValue, error) {
-	nv := make([]driver.NamedValue, len(args))
+func (c *conn) namedValues(args []any) ([]driver.NamedValue, error) {
+	nv := slices.Grow(c.args[:0], len(args))[:len(args)]
+	c.args = nv
 	for i, a := range args {
-		nv[i].Ordinal = i + 1
+		nv[i] = driver.NamedValue{Ordinal: i + 1}
 		switch v := a.(type) {
 		case nil, int64, string, []byte:
 			nv[i].Value = v

@@ -14,21 +14,21 @@ import (
 
 // taskColumns are the columns scanTask reads.
 const taskColumns = `id, run_id, execution, position, step, input, idempotency_key, policy, timeout,
-	attempt, token, lease_until, started_at, first_started_at, ready_at`
+	attempt, token, lease_until, started_at, first_started_at`
 
-// scanTask reads a task and its ready time, by which claims are ordered.
-func scanTask(row scanner) (*reprise.Task, int64, error) {
+// scanTask reads a task, and into extra the columns a query selects after
+// taskColumns.
+func scanTask(row scanner, extra ...any) (*reprise.Task, error) {
 	var t reprise.Task
 	var input, policy []byte
-	var timeout, readyAt int64
+	var timeout int64
 	var leaseUntil, startedAt, firstStartedAt sql.NullInt64
-	err := row.Scan(&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey,
-		&policy, &timeout, &t.Attempt, &t.Token, &leaseUntil, &startedAt, &firstStartedAt, &readyAt)
-	if err != nil {
-		return nil, 0, err
+	dest := append([]any{&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey,
+		&policy, &timeout, &t.Attempt, &t.Token, &leaseUntil, &startedAt, &firstStartedAt}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
 	}
-	t.Input, t.Policy = input, policy
-	t.Timeout = time.Duration(timeout)
+	t.Input, t.Policy, t.Timeout = input, policy, time.Duration(timeout)
 	if leaseUntil.Valid {
 		t.LeaseUntil = fromNanos(leaseUntil.Int64)
 	}
@@ -38,7 +38,7 @@ func scanTask(row scanner) (*reprise.Task, int64, error) {
 	if firstStartedAt.Valid {
 		t.FirstStartedAt = fromNanos(firstStartedAt.Int64)
 	}
-	return &t, readyAt, nil
+	return &t, nil
 }
 
 // readyTasksSQL returns the query for the oldest ready tasks of n step
@@ -54,7 +54,8 @@ func readyTasksSQL(n int) string {
 				ORDER BY ready_at, id LIMIT ?%d)`, 3+2*i, 4+2*i)
 	}
 	return `
-		SELECT ` + taskColumns + ` FROM tasks WHERE id IN (
+		SELECT ` + taskColumns + `, (SELECT coalesce(max(seq), 0) FROM events WHERE run_id = tasks.run_id)
+		FROM tasks WHERE id IN (
 			SELECT id FROM (` + strings.Join(steps, " UNION ALL ") + `)
 			ORDER BY ready_at, id LIMIT ?2)
 		ORDER BY ready_at, id`
@@ -104,11 +105,16 @@ func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*r
 		return nil, err
 	}
 	var tasks []*reprise.Task
+	last := map[string]int64{} // each run's last Seq, as the claim appends
 	for rows.Next() {
-		t, _, err := scanTask(rows)
+		var seq int64
+		t, err := scanTask(rows, &seq)
 		if err != nil {
 			rows.Close()
 			return nil, err
+		}
+		if _, ok := last[t.RunID]; !ok {
+			last[t.RunID] = seq
 		}
 		tasks = append(tasks, t)
 	}
@@ -135,17 +141,14 @@ func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*r
 		if err != nil {
 			return nil, err
 		}
-		var last int64
-		if err := tx.queryRow(`SELECT `+lastSeq, t.RunID).Scan(&last); err != nil {
-			return nil, err
-		}
 		started := []reprise.Event{{
 			Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
 			Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
 		}}
-		if err := tx.appendEvents(t.RunID, last, started, nil); err != nil {
+		if err := tx.appendEvents(t.RunID, last[t.RunID], started, nil); err != nil {
 			return nil, err
 		}
+		last[t.RunID]++
 	}
 	return tasks, nil
 }
@@ -154,7 +157,7 @@ func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*r
 func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 	var task *reprise.Task
 	err := s.read(ctx, func(tx *txn) error {
-		t, _, err := scanTask(tx.queryRow(`SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
+		t, err := scanTask(tx.queryRow(`SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return reprise.ErrNotFound
 		}
@@ -189,42 +192,64 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParam
 	return fromNanos(until), nil
 }
 
-// An attempt is the part of a task that its end events name.
+// An attempt is what a report on a leased attempt needs: what its events
+// name, and its run's lease owner and last Seq.
 type attempt struct {
 	runID     string
 	execution int
 	position  int
 	step      string
 	attempt   int
+	owner     string
+	last      int64
 }
 
-const attemptColumns = `run_id, execution, position, step, attempt`
-
-// endAttempt runs query, which ends a leased attempt and returns its
-// attemptColumns, or nothing when the token or lease does not hold.
-func (tx *txn) endAttempt(query string, args ...any) (attempt, error) {
+// leasedAttempt reads the attempt a report is about: its token must match
+// and its lease must hold at now (or, for the reaper's report, have
+// lapsed). Otherwise the report is stale: ErrLeaseLost.
+func (tx *txn) leasedAttempt(taskID, token int64, lapsed bool) (attempt, error) {
+	lease := `t.lease_until > ?`
+	if lapsed {
+		lease = `t.lease_until <= ?`
+	}
 	var a attempt
-	err := tx.queryRow(query, args...).Scan(&a.runID, &a.execution, &a.position, &a.step, &a.attempt)
+	err := tx.queryRow(`
+		SELECT t.run_id, t.execution, t.position, t.step, t.attempt, r.owner,
+			(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = t.run_id)
+		FROM tasks t JOIN runs r ON r.id = t.run_id
+		WHERE t.id = ? AND t.token = ? AND `+lease, taskID, token, tx.nanos).
+		Scan(&a.runID, &a.execution, &a.position, &a.step, &a.attempt, &a.owner, &a.last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, reprise.ErrLeaseLost
 	}
 	return a, err
 }
 
+// report appends a report's events to the attempt's run and returns them
+// as its outcome.
+func (tx *txn) report(a attempt, events ...reprise.Event) (*reprise.Outcome, error) {
+	for i := range events {
+		e := &events[i]
+		e.Execution, e.Position, e.Step, e.Attempt = a.execution, a.position, a.step, a.attempt
+	}
+	if err := tx.appendEvents(a.runID, a.last, events, nil); err != nil {
+		return nil, err
+	}
+	return &reprise.Outcome{RunID: a.runID, Owner: a.owner, Events: events}, nil
+}
+
 // TaskComplete records a successful attempt and removes its task.
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var out *reprise.Outcome
 	err := s.write(ctx, func(tx *txn) error {
-		a, err := tx.endAttempt(`
-			DELETE FROM tasks WHERE id = ? AND token = ? AND lease_until > ?
-			RETURNING `+attemptColumns, p.TaskID, p.Token, tx.nanos)
+		a, err := tx.leasedAttempt(p.TaskID, p.Token, false)
 		if err != nil {
 			return err
 		}
-		out, err = tx.outcome(a.runID, reprise.Event{
-			Type: reprise.EventStepCompleted, Execution: a.execution, Position: a.position, Step: a.step,
-			Attempt: a.attempt, Output: p.Output,
-		})
+		if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, p.TaskID); err != nil {
+			return err
+		}
+		out, err = tx.report(a, reprise.Event{Type: reprise.EventStepCompleted, Output: p.Output})
 		return err
 	})
 	if err != nil {
@@ -233,49 +258,31 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 	return out, nil
 }
 
-// The lease conditions of TaskFail: a worker's report needs a live lease,
-// the reaper's a lapsed one.
-const (
-	leaseLive   = `lease_until > ?`
-	leaseLapsed = `lease_until <= ?`
-)
-
-// TaskFail records a failed attempt and the policy's decision.
+// TaskFail records a failed attempt and the policy's decision: the task is
+// ready again at the retry time, or the step fails and the task goes.
 func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
-	lease := leaseLive
-	if p.Expired {
-		lease = leaseLapsed
-	}
 	var out *reprise.Outcome
 	err := s.write(ctx, func(tx *txn) error {
-		failed := reprise.Event{Type: reprise.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
-		var a attempt
-		var err error
-		if p.Retry {
-			retryAt := tx.now.Add(p.Delay)
-			a, err = tx.endAttempt(`
-				UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ?
-				WHERE id = ? AND token = ? AND `+lease+`
-				RETURNING `+attemptColumns, retryAt.UnixNano(), p.TaskID, p.Token, tx.nanos)
-			failed.Delay, failed.RetryAt = p.Delay, retryAt
-		} else {
-			a, err = tx.endAttempt(`
-				DELETE FROM tasks WHERE id = ? AND token = ? AND `+lease+`
-				RETURNING `+attemptColumns, p.TaskID, p.Token, tx.nanos)
-			failed.Reason = p.Reason
-		}
+		a, err := tx.leasedAttempt(p.TaskID, p.Token, p.Expired)
 		if err != nil {
 			return err
 		}
-		failed.Execution, failed.Position, failed.Step, failed.Attempt = a.execution, a.position, a.step, a.attempt
-		events := []reprise.Event{failed}
+		failed := reprise.Event{Type: reprise.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
 		if !p.Retry {
-			events = append(events, reprise.Event{
-				Type: reprise.EventStepFailed, Execution: a.execution, Position: a.position, Step: a.step,
-				Attempt: a.attempt, Error: &p.Error, Reason: p.Reason,
-			})
+			failed.Reason = p.Reason
+			if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, p.TaskID); err != nil {
+				return err
+			}
+			out, err = tx.report(a, failed, reprise.Event{Type: reprise.EventStepFailed, Error: &p.Error, Reason: p.Reason})
+			return err
 		}
-		out, err = tx.outcome(a.runID, events...)
+		failed.Delay, failed.RetryAt = p.Delay, tx.now.Add(p.Delay)
+		_, err = tx.exec(`UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ? WHERE id = ?`,
+			failed.RetryAt.UnixNano(), p.TaskID)
+		if err != nil {
+			return err
+		}
+		out, err = tx.report(a, failed)
 		return err
 	})
 	if err != nil {
@@ -299,7 +306,7 @@ func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredP
 		}
 		defer rows.Close()
 		for rows.Next() {
-			t, _, err := scanTask(rows)
+			t, err := scanTask(rows)
 			if err != nil {
 				return err
 			}
