@@ -198,3 +198,27 @@ func TestConnectionLoss(t *testing.T) {
 	}
 	t.Logf("%d calls failed before one worked", failures)
 }
+
+// TestListenRelease checks that an engine releasing its runs tells the
+// others to claim them.
+func TestListenRelease(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	listener := openOn(t, dsn, &postgres.Options{Schema: schema})
+	s := openOn(t, dsn, &postgres.Options{Schema: schema})
+	notices := listen(t, listener)
+	awaitResync(t, notices)
+	if _, _, err := s.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RunRenew(t.Context(), &reprise.RunRenewParams{Owner: "e1"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := next(t, notices); n.Kind != postgres.NoticeRunReady || n.RunID != "" {
+		t.Errorf("after a release: %+v", n)
+	}
+	leases, err := listener.RunClaim(t.Context(), &reprise.RunClaimParams{Owner: "e2", Limit: 10, LeaseTTL: time.Minute})
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("claim the released run: %v, %d leases", err, len(leases))
+	}
+}

@@ -210,13 +210,13 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 }
 
 // RunRenew sets the leases of the owner's active runs to lapse p.LeaseTTL
-// from now; a zero LeaseTTL releases them.
+// from now; a zero LeaseTTL releases them, and sends NoticeRunReady.
 func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 	if p.Owner == "" {
 		return errors.New("renew run leases: owner is required")
 	}
 	// Rows are locked in id order, so that two renewals never deadlock.
-	_, err := s.pool.Exec(ctx, `
+	tag, err := s.pool.Exec(ctx, `
 		WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
 		held AS (
 			SELECT id AS held_id FROM reprise_run
@@ -230,6 +230,10 @@ func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 		s.clock(), p.Owner, p.LeaseTTL)
 	if err != nil {
 		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+	}
+	if p.LeaseTTL <= 0 && tag.RowsAffected() > 0 {
+		// Released runs wait for another engine to claim them.
+		s.publish(outbox{{Kind: NoticeRunReady}})
 	}
 	return nil
 }
