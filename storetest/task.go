@@ -550,6 +550,22 @@ func testTaskFail(t *testing.T, open Open) {
 		requireEvents(t, f.last("run-1", 1), want)
 		requireWake(f, nil, reprise.Wake{Task: retryAt})
 
+		// Waiting for its retry, the task has no lease for any report.
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
+			return err
+		})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: first.ID, Token: first.Token, LeaseTTL: minute})
+			return err
+		})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			p := retryParams(first, 0)
+			p.Expired = true
+			_, err := f.store.TaskFail(t.Context(), p)
+			return err
+		})
+
 		f.clock.Advance(10*time.Second - time.Microsecond)
 		f.claimNone("charge")
 		f.clock.Advance(time.Microsecond)
