@@ -87,6 +87,7 @@ type Engine struct {
 	stopWork context.CancelCauseFunc
 
 	kickc     chan struct{}
+	claimc    chan struct{} // wakes claimRuns
 	runnersWG sync.WaitGroup
 	workWG    sync.WaitGroup
 	decoded   sync.Map // string(policy JSON) → *retry.Policy
@@ -143,6 +144,7 @@ func New(cfg Config) (*Engine, error) {
 		attempts:  make(map[int64]*attempt),
 		perStep:   make(map[string]int),
 		kickc:     make(chan struct{}, 1),
+		claimc:    make(chan struct{}, 1),
 	}
 	def := retry.Default
 	if cfg.DefaultPolicy != nil {
@@ -415,6 +417,13 @@ func (e *Engine) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { e.dispatch(ctx) })
 	loops.Go(func() { e.claimRuns(ctx) })
+	if n, ok := e.store.(Notifier); ok {
+		loops.Go(func() {
+			if err := n.Listen(ctx, e.notice); err != nil && ctx.Err() == nil {
+				e.log.Warn("listen for notices; polling instead", "err", err)
+			}
+		})
+	}
 	<-ctx.Done()
 	loops.Wait()
 
@@ -454,6 +463,7 @@ func (e *Engine) claimRuns(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
+		case <-e.claimc:
 		}
 		e.busy.Add(1)
 		if now := e.clock.Now(); now.Sub(lastRenew) >= renewEvery {
@@ -464,6 +474,12 @@ func (e *Engine) claimRuns(ctx context.Context) {
 		}
 		e.claimRunsOnce(ctx)
 		e.busy.Add(-1)
+		if !t.Stop() {
+			select {
+			case <-t.C():
+			default:
+			}
+		}
 		t.Reset(min(e.cfg.PollInterval, renewEvery))
 	}
 }
@@ -569,4 +585,28 @@ func (e *Engine) deliver(o *Outcome) {
 // clock moves time only when busy is zero and progress stands still.
 func (e *Engine) Activity() (busy, steps, progress int64) {
 	return e.busy.Load(), e.inStep.Load(), e.act.Load()
+}
+
+// notice reacts to a store's notice: work another process made for this one.
+func (e *Engine) notice(n Notice) {
+	switch n.Kind {
+	case NoticeTaskReady:
+		e.kick()
+	case NoticeOutcome:
+		if n.Owner != e.id {
+			return
+		}
+		e.mu.Lock()
+		r := e.runners[n.RunID]
+		e.mu.Unlock()
+		if r != nil {
+			r.resync()
+		}
+	case NoticeRunReady, NoticeResync:
+		select {
+		case e.claimc <- struct{}{}:
+		default:
+		}
+		e.kick()
+	}
 }

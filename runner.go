@@ -44,6 +44,8 @@ type runner struct {
 
 	mu    sync.Mutex
 	inbox []Event
+	// stale says events were appended elsewhere that only the store has.
+	stale bool
 	wake  chan struct{}
 }
 
@@ -108,6 +110,14 @@ func (r *runner) push(events []Event) {
 	default:
 		r.e.busy.Add(-1)
 	}
+}
+
+// resync tells the runner that another process appended to its history.
+func (r *runner) resync() {
+	r.mu.Lock()
+	r.stale = true
+	r.mu.Unlock()
+	r.push(nil)
 }
 
 // stop makes the workflow goroutine exit at its next wait.
@@ -321,10 +331,13 @@ func (r *runner) block() {
 		panic(runExit{context.Cause(r.ctx)})
 	}
 	r.mu.Lock()
-	events := r.inbox
-	r.inbox = nil
+	events, stale := r.inbox, r.stale
+	r.inbox, r.stale = nil, false
 	r.mu.Unlock()
 	r.apply(events)
+	if stale {
+		r.sync()
+	}
 }
 
 // apply takes events of the run into the replay state, once each.
