@@ -99,3 +99,12 @@ func (s *Store) migrate(ctx context.Context) error {
 	}
 	return nil
 }
+
+// SchemaVersion is the schema version this binary migrates to.
+func SchemaVersion() int {
+	ms, err := migrations()
+	if err != nil {
+		panic(err) // the embedded files are checked by the tests
+	}
+	return len(ms)
+}
