@@ -31,6 +31,7 @@ commands:
   cancel RUN                  cancel a run
   policy check '<policy>'     print a retry policy in its canonical form
   policy explain '<policy>'   show what a policy decides, attempt by attempt
+  migrate                     create or upgrade a database's schema
   help                        print this help
 
 Run 'reprise <command> -h' for the flags of a command.
@@ -62,6 +63,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return historyMain(args, stdout, stderr)
 	case "cancel":
 		return cancelMain(args, stdout, stderr)
+	case "migrate":
+		return migrateMain(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

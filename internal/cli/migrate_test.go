@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	_ "modernc.org/sqlite" // the database/sql driver, to reach behind the store
+
+	"reprise/postgres"
+	"reprise/sqlite"
+)
+
+func TestMigrateSQLite(t *testing.T) {
+	t.Parallel()
+	for _, form := range []string{"bare", "sqlite:"} {
+		t.Run(form, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(t.TempDir(), "reprise.db")
+			db := path
+			if form == "sqlite:" {
+				db = "sqlite:" + path
+			}
+			want := fmt.Sprintf("sqlite %s: schema version %d\n", path, sqlite.SchemaVersion())
+			for range 2 { // creates, then finds nothing to do
+				stdout, stderr, code := runMain("migrate", "--db", db)
+				if code != exitOK || stdout != want || stderr != "" {
+					t.Fatalf("migrate: code %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, want)
+				}
+			}
+			if v := sqliteUserVersion(t, path, -1); v != sqlite.SchemaVersion() {
+				t.Fatalf("user_version %d, want %d", v, sqlite.SchemaVersion())
+			}
+
+			newer := sqlite.SchemaVersion() + 1
+			sqliteUserVersion(t, path, newer)
+			stdout, stderr, code := runMain("migrate", "--db", db)
+			if code != exitFail || stdout != "" || !strings.Contains(stderr, "migrated by a newer reprise") {
+				t.Fatalf("migrate a newer database: code %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+			if v := sqliteUserVersion(t, path, -1); v != newer {
+				t.Fatalf("user_version %d after a refused migrate, want %d left as it was", v, newer)
+			}
+		})
+	}
+}
+
+func TestMigrateBadArguments(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"migrate", "--db", filepath.Join(dir, "a.db"), "extra"},
+		{"migrate", "--nope"},
+	} {
+		if _, _, code := runMain(args...); code != exitUsage {
+			t.Errorf("%q: code %d, want %d", args, code, exitUsage)
+		}
+	}
+	if _, stderr, code := runMain("migrate", "--db", filepath.Join(dir, "b.db"), "--schema", "x"); code != exitFail || !strings.Contains(stderr, "PostgreSQL only") {
+		t.Errorf("--schema with SQLite: code %d, stderr %q", code, stderr)
+	}
+}
+
+func TestMigratePostgres(t *testing.T) {
+	t.Parallel()
+	dsn := os.Getenv("REPRISE_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("REPRISE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	schema := fmt.Sprintf("reprise_cli_migrate_%d", time.Now().UnixNano()%1e9)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		conn.Close(context.Background())
+	})
+
+	want := fmt.Sprintf("postgres schema %q: schema version %d\n", schema, postgres.SchemaVersion())
+	for range 2 {
+		stdout, stderr, code := runMain("migrate", "--db", dsn, "--schema", schema)
+		if code != exitOK || stdout != want || stderr != "" {
+			t.Fatalf("migrate: code %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, want)
+		}
+	}
+	var version int
+	if err := conn.QueryRow(t.Context(), "SELECT max(version) FROM "+schema+".reprise_migration").Scan(&version); err != nil {
+		t.Fatal(err)
+	}
+	if version != postgres.SchemaVersion() {
+		t.Fatalf("recorded version %d, want %d", version, postgres.SchemaVersion())
+	}
+
+	newer := postgres.SchemaVersion() + 1
+	if _, err := conn.Exec(t.Context(), "INSERT INTO "+schema+".reprise_migration (version, name) VALUES ($1, 'from_the_future.sql')", newer); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runMain("migrate", "--db", dsn, "--schema", schema)
+	if code != exitFail || stdout != "" || !strings.Contains(stderr, "migrated by a newer reprise") {
+		t.Fatalf("migrate a newer schema: code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+}
+
+// sqliteUserVersion reads or, with set >= 0, writes the schema version of
+// the SQLite database at path.
+func sqliteUserVersion(t *testing.T, path string, set int) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if set >= 0 {
+		if _, err := db.Exec("PRAGMA user_version = " + strconv.Itoa(set)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v int
+	if err := db.QueryRow("PRAGMA user_version").Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
