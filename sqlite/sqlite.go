@@ -2,8 +2,8 @@
 // (or ":memory:"), on the pure-Go modernc.org/sqlite driver.
 //
 // Writes go through one connection and are group-committed: calls that
-// arrive together share one transaction and one fsync, each in its own
-// result. Reads use a separate pool of read-only connections, which WAL mode
+// arrive together share one transaction and one fsync, and each caller
+// gets its own result. Reads use a separate pool of read-only connections, which WAL mode
 // lets run beside the writer. See docs/storage.md for the schema and the
 // reasons behind the pragmas.
 package sqlite
@@ -99,13 +99,13 @@ func (o Options) withDefaults() (Options, error) {
 	switch strings.ToUpper(o.Synchronous) {
 	case "OFF", "NORMAL", "FULL", "EXTRA":
 	default:
-		errs = append(errs, fmt.Errorf("Synchronous %q: want OFF, NORMAL, FULL or EXTRA", o.Synchronous))
+		errs = append(errs, fmt.Errorf("option Synchronous %q: want OFF, NORMAL, FULL or EXTRA", o.Synchronous))
 	}
 	if o.BusyTimeout < 0 {
-		errs = append(errs, fmt.Errorf("BusyTimeout %v: negative", o.BusyTimeout))
+		errs = append(errs, fmt.Errorf("option BusyTimeout %v: negative", o.BusyTimeout))
 	}
 	if o.ReadConns < 0 {
-		errs = append(errs, fmt.Errorf("ReadConns %d: negative", o.ReadConns))
+		errs = append(errs, fmt.Errorf("option ReadConns %d: negative", o.ReadConns))
 	}
 	return o, errors.Join(errs...)
 }
