@@ -23,6 +23,7 @@ usage: reprise <command> [arguments]
 
 commands:
   demo                        run an order workflow whose steps fail, and show its history
+  server                      serve the HTTP API: runs, HTTP steps and pull workers
   bench                       measure the engine: steps/s, retry lateness, memory
   run WORKFLOW                start a run
   runs                        list runs
@@ -53,6 +54,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return demoMain(args, stdout, stderr)
 	case "bench":
 		return benchMain(args, stdout, stderr)
+	case "server":
+		return serverMain(args, stdout, stderr)
 	case "run":
 		return startMain(args, stdout, stderr)
 	case "runs":

@@ -264,8 +264,3 @@ func runError(stderr io.Writer, cmd, id string, err error) int {
 	}
 	return exitFail
 }
-
-// openServerBackend is replaced when the HTTP client lands.
-func openServerBackend(url, token string) (runsBackend, error) {
-	return nil, fmt.Errorf("--server %s: not supported yet; use --db", url)
-}
