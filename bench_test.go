@@ -13,7 +13,7 @@ import (
 
 // benchEngine runs an engine on a SQLite file for the length of the benchmark.
 func benchEngine(b *testing.B) *reprise.Engine {
-	store, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), &sqlite.Options{Synchronous: benchSync})
+	store, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -69,5 +69,3 @@ func BenchmarkRetryLateness(b *testing.B) {
 		b.ReportMetric(float64(res.P99.Microseconds()), "p99-µs")
 	}
 }
-
-var benchSync = "OFF"
