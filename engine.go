@@ -534,6 +534,7 @@ func (e *Engine) startRunner(lease RunLease, fresh bool) {
 	e.runnersWG.Add(1)
 	e.mu.Unlock()
 	e.act.Add(1)
+	e.busy.Add(1)
 	go r.run(fresh)
 }
 

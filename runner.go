@@ -126,8 +126,7 @@ func (r *runner) stop(cause error) { r.cancel(cause) }
 // run executes the workflow to its end, or until it must stop.
 func (r *runner) run(fresh bool) {
 	e := r.e
-	e.busy.Add(1)
-	defer e.busy.Add(-1)
+	defer e.busy.Add(-1) // added by startRunner
 	if fresh {
 		r.synced = 1 // RunStarted
 	} else {
