@@ -3,10 +3,17 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"reprise"
 )
 
 // BenchmarkStartRun: runs started per second through POST /v1/runs, one
@@ -76,4 +83,64 @@ func BenchmarkPullWorkers(b *testing.B) {
 	}
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "tasks/s")
+}
+
+// BenchmarkHTTPStepLatency: the p99 latency an HTTP step adds over calling
+// its endpoint directly. Through the engine, a step's latency is from its
+// StepScheduled to its StepCompleted event (scheduling, claim, the call,
+// recording the outcome); directly, it is one POST with net/http.
+func BenchmarkHTTPStepLatency(b *testing.B) {
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte(`{"success": true, "output": 1}`))
+	}))
+	defer endpoint.Close()
+	s := newTestServer(b, Options{})
+	ctx := context.Background()
+	if err := s.c.RegisterStep(ctx, Step{Name: "web", Kind: KindHTTP, URL: endpoint.URL}); err != nil {
+		b.Fatal(err)
+	}
+	var direct, viaEngine []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		resp, err := http.Post(endpoint.URL, "application/json", strings.NewReader(`{"input": 1}`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		direct = append(direct, time.Since(start))
+
+		run, _, err := s.c.StartStep(ctx, "web", json.RawMessage(`1`), "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for !run.Status.Final() {
+			if run, err = s.c.WaitRun(ctx, run.ID, 10*time.Second); err != nil {
+				b.Fatal(err)
+			}
+		}
+		events, err := s.c.History(ctx, run.ID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var scheduled, completed time.Time
+		for _, e := range events {
+			switch e.Type {
+			case reprise.EventStepScheduled:
+				scheduled = e.At
+			case reprise.EventStepCompleted:
+				completed = e.At
+			}
+		}
+		viaEngine = append(viaEngine, completed.Sub(scheduled))
+	}
+	p99 := func(ds []time.Duration) time.Duration {
+		slices.Sort(ds)
+		return ds[min(len(ds)-1, len(ds)*99/100)]
+	}
+	d, e := p99(direct), p99(viaEngine)
+	b.ReportMetric(float64(d.Microseconds()), "direct-p99-µs")
+	b.ReportMetric(float64(e.Microseconds()), "step-p99-µs")
+	b.ReportMetric(float64((e - d).Microseconds()), "added-p99-µs")
 }

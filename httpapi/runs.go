@@ -245,7 +245,16 @@ func (a *api) lastSeq(ctx context.Context, id string) (int64, error) {
 // waitForEvents waits up to d for run id to have an event after seq; it
 // returns at once when it has one or has finished.
 func (a *api) waitForEvents(ctx context.Context, id string, seq int64, d time.Duration) error {
-	return poll(ctx, d, func(ctx context.Context) (bool, error) {
+	// The engine tells of the end of a run it executes at once; other
+	// changes are seen by polling the history.
+	waitCtx, cancel := context.WithTimeout(ctx, d)
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		a.e.Wait(waitCtx, id)
+	}()
+	defer func() { cancel(); <-finished }()
+	return poll(waitCtx, d, finished, func(ctx context.Context) (bool, error) {
 		events, err := a.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: id, AfterSeq: seq})
 		return len(events) > 0, err
 	})
@@ -265,13 +274,20 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	run, err := a.e.GetRun(r.Context(), id)
+	// The baseline is read before the run, so that a change in between
+	// ends the wait at once rather than being missed.
+	var seq int64
+	var err error
+	if lp.wait > 0 {
+		seq, err = a.baseline(r.Context(), id, lp)
+	}
+	var run *reprise.Run
+	if err == nil {
+		run, err = a.e.GetRun(r.Context(), id)
+	}
 	if err == nil && lp.wait > 0 && !run.Status.Final() {
-		var seq int64
-		if seq, err = a.baseline(r.Context(), id, lp); err == nil {
-			if err = a.waitForEvents(r.Context(), id, seq, lp.wait); err == nil {
-				run, err = a.e.GetRun(r.Context(), id)
-			}
+		if err = a.waitForEvents(r.Context(), id, seq, lp.wait); err == nil {
+			run, err = a.e.GetRun(r.Context(), id)
 		}
 	}
 	if err != nil {
@@ -359,9 +375,10 @@ func (a *api) cancelRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // poll calls ready until it says true, d has passed or ctx ends, first at
-// once, then at intervals growing from 5 ms to 100 ms. Neither the end of
-// d nor of ctx is an error: the caller answers what it has.
-func poll(ctx context.Context, d time.Duration, ready func(context.Context) (bool, error)) error {
+// once, then at intervals growing from 5 ms to 100 ms; it returns when
+// wake is closed (nil: never). Neither the end of d nor of ctx is an
+// error: the caller answers what it has.
+func poll(ctx context.Context, d time.Duration, wake <-chan struct{}, ready func(context.Context) (bool, error)) error {
 	deadline := time.NewTimer(d)
 	defer deadline.Stop()
 	interval := 5 * time.Millisecond
@@ -374,6 +391,8 @@ func poll(ctx context.Context, d time.Duration, ready func(context.Context) (boo
 		case <-deadline.C:
 			return nil
 		case <-next.C:
+		case <-wake:
+			return nil
 		}
 		ok, err := ready(ctx)
 		if ctx.Err() != nil {

@@ -296,3 +296,26 @@ func TestNewHandlerOptions(t *testing.T) {
 		t.Error("negative MaxBodyBytes accepted")
 	}
 }
+
+// TestWaitRunSeesAQuickFinish: a run that finishes between the wait's
+// first look and its baseline still ends the wait at once (it used to
+// wait the whole wait).
+func TestWaitRunSeesAQuickFinish(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, Options{}, echo)
+	for range 30 {
+		run, _, err := s.c.StartRun(t.Context(), "echo", nil, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		for !run.Status.Final() {
+			if run, err = s.c.WaitRun(t.Context(), run.ID, 20*time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("run %s: the wait took %v", run.ID, d)
+		}
+	}
+}

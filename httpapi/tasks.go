@@ -81,7 +81,7 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var tasks []*reprise.Task
-	err := poll(r.Context(), wait, func(ctx context.Context) (bool, error) {
+	err := poll(r.Context(), wait, nil, func(ctx context.Context) (bool, error) {
 		var err error
 		tasks, err = a.e.ClaimTasks(ctx, req.Worker, req.Steps, req.Max)
 		return len(tasks) > 0 || wait == 0, err
