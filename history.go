@@ -24,6 +24,31 @@ const (
 	EventRunCancelled   EventType = "RunCancelled"
 )
 
+// Event types of the workflow features beyond SPEC §6: select
+// cancellation, versioning, signals, child runs, continue-as-new, redrive.
+const (
+	// EventStepCancelRequested: a step lost a select; its task was
+	// dropped and a late result is rejected.
+	EventStepCancelRequested EventType = "StepCancelRequested"
+	// EventVersionMarker: the workflow took version Version of change Step.
+	EventVersionMarker EventType = "VersionMarker"
+	// EventSignalReceived: signal Step arrived with payload Input.
+	EventSignalReceived EventType = "SignalReceived"
+	// EventChildStarted: child run Child of workflow Workflow started at
+	// Position with Input.
+	EventChildStarted EventType = "ChildStarted"
+	// EventChildCompleted and EventChildFailed: the child at Position
+	// ended; Output, or Error and Reason (its status).
+	EventChildCompleted EventType = "ChildCompleted"
+	EventChildFailed    EventType = "ChildFailed"
+	// EventRunContinuedAsNew: the execution ended and execution+1 starts
+	// with Input; a RunStarted of the new execution follows.
+	EventRunContinuedAsNew EventType = "RunContinuedAsNew"
+	// EventRunRedriven: the failed step at Position gets a fresh attempt
+	// budget; Reason says who redrove it.
+	EventRunRedriven EventType = "RunRedriven"
+)
+
 // An Event is one entry of a run's append-only history. Which fields are set
 // depends on Type; the stores encode the whole event, so adding a field needs
 // no migration.
@@ -76,6 +101,11 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	// FireAt is when a timer fires (TimerScheduled).
 	FireAt time.Time `json:"fire_at,omitzero"`
+	// Version is the version a VersionMarker records.
+	Version int `json:"version,omitempty"`
+	// Child is the id of a child run (ChildStarted, ChildCompleted,
+	// ChildFailed).
+	Child string `json:"child,omitempty"`
 }
 
 // ErrorInfo is an error as the history keeps it.

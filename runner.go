@@ -287,7 +287,7 @@ func (r *runner) flush() {
 	if len(r.steps) == 0 && len(r.timers) == 0 {
 		return
 	}
-	events, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
+	adv, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
 		RunID: r.id, Token: r.token.Load(), Steps: r.steps, Timers: r.timers,
 	})
 	if err != nil {
@@ -297,7 +297,7 @@ func (r *runner) flush() {
 		panic(runExit{fmt.Errorf("advance run: %w", err)})
 	}
 	r.steps, r.timers = r.steps[:0], r.timers[:0]
-	r.apply(events)
+	r.apply(adv.Events)
 	r.e.kick()
 }
 

@@ -19,6 +19,8 @@ var (
 	ErrRunFinished = errors.New("run finished")
 	// ErrSchemaTooNew: the database was migrated by a newer reprise.
 	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
+	// ErrNotRedrivable: the run did not fail because a step failed.
+	ErrNotRedrivable = errors.New("run cannot be redriven")
 )
 
 // RunStatus is where a run is in its life.
@@ -52,8 +54,10 @@ type Run struct {
 	Output    json.RawMessage `json:"output,omitempty"`
 	Error     *ErrorInfo      `json:"error,omitempty"`
 	Execution int             `json:"execution"`
-	CreatedAt time.Time       `json:"created_at"`
-	UpdatedAt time.Time       `json:"updated_at"`
+	// ParentID is the run that started this one as a child, if any.
+	ParentID  string    `json:"parent_id,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // A Task is a step's row in the durable queue: one per step, not per
@@ -81,6 +85,12 @@ type Task struct {
 	StartedAt time.Time
 	// FirstStartedAt is when the step's first attempt was claimed.
 	FirstStartedAt time.Time
+	// Base is the attempt number a redrive restarted the budget from: the
+	// policy sees attempt Attempt-Base. Zero without a redrive.
+	Base int
+	// Lapses counts the leases in a row that lapsed without a result
+	// (TaskFail with Expired); any other result resets it.
+	Lapses int
 }
 
 // Store is the durable state of the engine: runs, their histories, the task
@@ -110,11 +120,21 @@ type Store interface {
 	// steps and timers it scheduled, and whether it finished. It checks the
 	// run's lease token (ErrLeaseLost) and that the run is active
 	// (ErrRunFinished).
-	RunAdvance(ctx context.Context, p *RunAdvanceParams) ([]Event, error)
+	RunAdvance(ctx context.Context, p *RunAdvanceParams) (*Advanced, error)
 	// RunCancel cancels an active run: appends RunCancelled and drops its
 	// tasks and timers, so that results of running attempts are rejected.
 	// A finished run gives ErrRunFinished.
 	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
+	// RunRedrive reopens a failed run whose failure came from a step that
+	// failed for good: the step's task is made ready again with a fresh
+	// attempt budget (attempt numbers go on; Task.Base is set to the last
+	// attempt), RunRedriven{Position, Reason: By} is appended, the run is
+	// running again and unowned. A run that is not failed, or has no failed
+	// step in its current execution, gives ErrNotRedrivable.
+	RunRedrive(ctx context.Context, p *RunRedriveParams) (*Run, error)
+	// SignalSend appends SignalReceived{Step: Name, Input: Payload} to an
+	// active run's current execution. A finished run gives ErrRunFinished.
+	SignalSend(ctx context.Context, p *SignalSendParams) (*Outcome, error)
 	// HistoryList returns a run's events in order, ErrNotFound for no run.
 	HistoryList(ctx context.Context, p *HistoryListParams) ([]Event, error)
 
@@ -148,6 +168,15 @@ type Store interface {
 
 // RunCreateParams creates a run.
 type RunCreateParams struct {
+	// ParentID and ParentPosition make the run a child: when it finishes,
+	// ChildCompleted or ChildFailed{Position: ParentPosition, Child: ID}
+	// is appended to the parent (if active, in ParentExecution) and the
+	// parent's owner told by a notice; cancelling the parent cancels it.
+	// RunAdvance's Children set these; they are in Run too.
+	ParentID        string
+	ParentPosition  int
+	ParentExecution int
+
 	// ID is the run's id; the caller chooses it (the engine generates one
 	// when the user does not).
 	ID       string
@@ -192,19 +221,61 @@ type RunRenewParams struct {
 	LeaseTTL time.Duration
 }
 
+// Advanced is what RunAdvance did.
+type Advanced struct {
+	// Events are the events appended to the run, with Seq and At.
+	Events []Event
+	// Tasks are the steps leased at once (StepSpec.Lease), each with its
+	// first attempt started.
+	Tasks []*Task
+	// Parent is what the end of a child run appended to its parent, or nil.
+	Parent *Outcome
+}
+
 // RunAdvanceParams records a workflow's progress. Steps and timers are
 // appended in the order of their positions (StepScheduled, TimerScheduled),
 // then the run's end, if Finish is set.
 type RunAdvanceParams struct {
 	RunID string
 	Token int64
+	// LeaseOwner and LeaseTTL lease the steps marked Lease at once, as
+	// TaskClaim would: the engine that schedules a step it can run skips a
+	// round trip through the queue.
+	LeaseOwner string
+	LeaseTTL   time.Duration
 	// Steps become StepScheduled events and ready tasks.
 	Steps []StepSpec
 	// Timers become TimerScheduled events and pending timers.
 	Timers []TimerSpec
+	// Markers become VersionMarker events.
+	Markers []MarkerSpec
+	// Children become child runs (unowned, ready to claim) and
+	// ChildStarted events.
+	Children []ChildSpec
+	// Cancels lists positions of steps and timers the workflow no longer
+	// waits for: their tasks and timers are dropped, and for a step whose
+	// task existed StepCancelRequested{Position, Step} is appended.
+	Cancels []int
 	// Finish, when set, ends the run (RunCompleted, RunFailed or
 	// RunCancelled) and drops its remaining tasks and timers.
 	Finish *RunFinish
+}
+
+// MarkerSpec records a version decision.
+type MarkerSpec struct {
+	Position int
+	// Name is the change id.
+	Name    string
+	Version int
+}
+
+// ChildSpec starts a child run.
+type ChildSpec struct {
+	Position int
+	// ID is the child run's id.
+	ID       string
+	Workflow string
+	Input    json.RawMessage
 }
 
 // StepSpec is a step the workflow scheduled.
@@ -218,6 +289,9 @@ type StepSpec struct {
 	// Policy is the JSON-encoded retry.Policy, for deciding on failures.
 	Policy  json.RawMessage
 	Timeout time.Duration
+	// Lease leases the new task to RunAdvanceParams.LeaseOwner at once:
+	// attempt 1 starts and AttemptStarted follows StepScheduled.
+	Lease bool
 }
 
 // TimerSpec is a timer the workflow started.
@@ -226,12 +300,33 @@ type TimerSpec struct {
 	Delay    time.Duration
 }
 
-// RunFinish ends a run.
+// RunFinish ends a run, or its execution.
 type RunFinish struct {
 	// Status is RunCompleted, RunFailed or RunCancelled.
 	Status RunStatus
 	Output json.RawMessage
 	Error  *ErrorInfo
+	// ContinueAsNew, instead of ending the run, ends its execution: the
+	// run's tasks and timers are dropped, RunContinuedAsNew{Input} is
+	// appended, Execution goes up by one, Input becomes the run's input,
+	// and RunStarted{Execution, Input} opens the new execution. The run
+	// stays running and leased to the same owner with the same token.
+	ContinueAsNew bool
+	Input         json.RawMessage
+}
+
+// RunRedriveParams redrives a failed run.
+type RunRedriveParams struct {
+	ID string
+	// By says who redrove it, for the history.
+	By string
+}
+
+// SignalSendParams sends a signal to a run.
+type SignalSendParams struct {
+	RunID   string
+	Name    string
+	Payload json.RawMessage
 }
 
 // RunCancelParams cancels a run.
