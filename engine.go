@@ -473,6 +473,9 @@ func (e *Engine) claimRuns(ctx context.Context) {
 			lastRenew = now
 		}
 		e.claimRunsOnce(ctx)
+		if _, ok := e.store.(Notifier); ok {
+			e.pollRunners(e.clock.Now())
+		}
 		e.busy.Add(-1)
 		if !t.Stop() {
 			select {
@@ -510,6 +513,25 @@ func (e *Engine) claimRunsOnce(ctx context.Context) {
 		}
 		if len(leases) < batch {
 			return
+		}
+	}
+}
+
+// pollRunners makes resident runs read their histories now and then: with a
+// Notifier store, outcomes recorded by other processes arrive as notices,
+// and a process that dies between its commit and its notice loses it. A
+// run polls PollInterval after its last news, then ever less often, up to
+// every RunLeaseTTL, so parked runs cost little.
+func (e *Engine) pollRunners(now time.Time) {
+	e.mu.Lock()
+	runners := make([]*runner, 0, len(e.runners))
+	for _, r := range e.runners {
+		runners = append(runners, r)
+	}
+	e.mu.Unlock()
+	for _, r := range runners {
+		if r.pollDue(now, e.cfg.PollInterval, max(e.cfg.RunLeaseTTL, e.cfg.PollInterval)) {
+			r.resync()
 		}
 	}
 }
@@ -601,9 +623,18 @@ func (e *Engine) notice(n Notice) {
 		r := e.runners[n.RunID]
 		e.mu.Unlock()
 		if r != nil {
+			r.heard()
 			r.resync()
 		}
-	case NoticeRunReady, NoticeResync:
+	case NoticeResync:
+		// Outcomes noticed while the listener was away were lost.
+		e.mu.Lock()
+		for _, r := range e.runners {
+			r.resync()
+		}
+		e.mu.Unlock()
+		fallthrough
+	case NoticeRunReady:
 		select {
 		case e.claimc <- struct{}{}:
 		default:

@@ -47,6 +47,10 @@ type runner struct {
 	// stale says events were appended elsewhere that only the store has.
 	stale bool
 	wake  chan struct{}
+	// pollAt is when the runner next reads its history in case a notice of
+	// an outcome was lost, pollEvery the wait after that (see pollDue).
+	pollAt    time.Time
+	pollEvery time.Duration
 }
 
 // command is a step or timer at a position, recorded or about to be.
@@ -102,6 +106,9 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 func (r *runner) push(events []Event) {
 	r.mu.Lock()
 	r.inbox = append(r.inbox, events...)
+	if len(events) > 0 {
+		r.pollAt = time.Time{}
+	}
 	r.mu.Unlock()
 	// A wake-up not yet taken counts as busy; the runner inherits it.
 	r.e.busy.Add(1)
@@ -118,6 +125,32 @@ func (r *runner) resync() {
 	r.stale = true
 	r.mu.Unlock()
 	r.push(nil)
+}
+
+// heard notes a notice of an outcome, so the poll for lost ones starts over.
+func (r *runner) heard() {
+	r.mu.Lock()
+	r.pollAt = time.Time{}
+	r.mu.Unlock()
+}
+
+// pollDue reports whether the runner should read its history now, in case
+// another process recorded an outcome and died before its notice was sent.
+// The first poll comes first after the last news, the next ones less and
+// less often, up to every most.
+func (r *runner) pollDue(now time.Time, first, most time.Duration) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.pollAt.IsZero():
+		r.pollAt, r.pollEvery = now.Add(first), first
+		return false
+	case now.Before(r.pollAt):
+		return false
+	}
+	r.pollEvery = min(2*r.pollEvery, most)
+	r.pollAt = now.Add(r.pollEvery)
+	return true
 }
 
 // stop makes the workflow goroutine exit at its next wait.
