@@ -55,6 +55,11 @@ type Config struct {
 	// PollInterval is how often the engine looks for work it was not told
 	// about (runs started by other processes). Default: 1 s.
 	PollInterval time.Duration
+	// PoisonAfter is how many leases of one step may lapse in a row,
+	// without any result, before the step fails as Poison instead of
+	// being offered again: its workers keep dying. Default: 5; negative
+	// never.
+	PoisonAfter int
 }
 
 // An Engine runs workflows and their steps against a Store.
@@ -75,7 +80,11 @@ type Engine struct {
 	waiters   map[string][]chan struct{}
 	attempts  map[int64]*attempt
 	perStep   map[string]int
-	running   bool
+	// reserved counts room held for steps being leased as they are
+	// scheduled (see reserve), in all and by step name.
+	reserved   int
+	reservedBy map[string]int
+	running    bool
 
 	// runCtx is the parent of runner contexts, storeCtx of store calls that
 	// must finish even while stopping; both are set by Run.
@@ -133,18 +142,22 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxConcurrentSteps == 0 {
 		cfg.MaxConcurrentSteps = 100
 	}
+	if cfg.PoisonAfter == 0 {
+		cfg.PoisonAfter = 5
+	}
 	e := &Engine{
 		cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, id: cfg.WorkerID,
-		policies:  make(map[string]*compiledPolicy),
-		workflows: make(map[string]*workflowEntry),
-		steps:     make(map[string]*stepEntry),
-		remote:    make(map[string]*stepEntry),
-		runners:   make(map[string]*runner),
-		waiters:   make(map[string][]chan struct{}),
-		attempts:  make(map[int64]*attempt),
-		perStep:   make(map[string]int),
-		kickc:     make(chan struct{}, 1),
-		claimc:    make(chan struct{}, 1),
+		policies:   make(map[string]*compiledPolicy),
+		workflows:  make(map[string]*workflowEntry),
+		steps:      make(map[string]*stepEntry),
+		remote:     make(map[string]*stepEntry),
+		runners:    make(map[string]*runner),
+		waiters:    make(map[string][]chan struct{}),
+		attempts:   make(map[int64]*attempt),
+		perStep:    make(map[string]int),
+		reservedBy: make(map[string]int),
+		kickc:      make(chan struct{}, 1),
+		claimc:     make(chan struct{}, 1),
 	}
 	def := retry.Default
 	if cfg.DefaultPolicy != nil {
@@ -330,6 +343,13 @@ func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 	if _, err := e.store.RunCancel(ctx, &RunCancelParams{ID: id, Reason: reason}); err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
+	e.stopRun(id)
+	return nil
+}
+
+// stopRun stops what this engine runs for a cancelled run and its
+// children, which the store cancelled with it.
+func (e *Engine) stopRun(id string) {
 	e.mu.Lock()
 	r := e.runners[id]
 	for _, a := range e.attempts {
@@ -337,11 +357,50 @@ func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 			a.stop(e, ErrCancelled)
 		}
 	}
+	var children []string
+	for cid, c := range e.runners {
+		if c.parentID == id {
+			children = append(children, cid)
+		}
+	}
 	e.mu.Unlock()
 	if r != nil {
 		r.stop(ErrCancelled)
 	}
 	e.notifyFinished(id)
+	for _, cid := range children {
+		e.stopRun(cid)
+	}
+}
+
+// Signal sends a named signal with a payload to a run; the workflow takes
+// it with WaitSignal. Signals sent before the wait are kept, in order.
+// A finished run gives ErrRunFinished.
+func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) error {
+	if name == "" {
+		return errors.New("signal: name is empty")
+	}
+	b, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("signal %s: encode payload: %w", name, err)
+	}
+	o, err := e.store.SignalSend(ctx, &SignalSendParams{RunID: runID, Name: name, Payload: b})
+	if err != nil {
+		return fmt.Errorf("signal %s to run %s: %w", name, runID, err)
+	}
+	e.deliver(o)
+	return nil
+}
+
+// Redrive gives a run that failed because a step exhausted its policy a
+// second chance, once the cause is fixed: the step gets a fresh attempt
+// budget and the workflow goes on from there. by says who, for the
+// history; earlier attempts stay in it.
+func (e *Engine) Redrive(ctx context.Context, runID, by string) error {
+	if _, err := e.store.RunRedrive(ctx, &RunRedriveParams{ID: runID, By: by}); err != nil {
+		return fmt.Errorf("redrive run %s: %w", runID, err)
+	}
+	e.claimSoon()
 	return nil
 }
 
@@ -635,10 +694,15 @@ func (e *Engine) notice(n Notice) {
 		e.mu.Unlock()
 		fallthrough
 	case NoticeRunReady:
-		select {
-		case e.claimc <- struct{}{}:
-		default:
-		}
+		e.claimSoon()
 		e.kick()
+	}
+}
+
+// claimSoon wakes the loop that claims runs.
+func (e *Engine) claimSoon() {
+	select {
+	case e.claimc <- struct{}{}:
+	default:
 	}
 }

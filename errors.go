@@ -17,6 +17,9 @@ var (
 	ErrShutdown = errors.New("engine shutting down")
 	// ErrTimeout: the attempt exceeded its timeout.
 	ErrTimeout = errors.New("attempt timed out")
+	// ErrStepCancelled: the step lost a Select; its attempt is cancelled
+	// with this cause and its future fails with it.
+	ErrStepCancelled = errors.New("step cancelled: it lost a select")
 )
 
 // ErrNotRegistered: StartRun names a workflow this engine does not have.
@@ -28,6 +31,8 @@ const (
 	TypePanic            = "Panic"
 	TypeDeadlineExceeded = "DeadlineExceeded"
 	TypeNondeterminism   = "Nondeterminism"
+	// TypePoison: the attempt's workers died PoisonAfter times in a row.
+	TypePoison = "Poison"
 )
 
 // Permanent wraps err so that the step is never retried.
@@ -114,3 +119,20 @@ func errorInfo(err error) *ErrorInfo {
 	}
 	return info
 }
+
+// A ChildError is how a workflow sees a child run that did not complete.
+type ChildError struct {
+	RunID string
+	// Status is the child's final status: failed or cancelled.
+	Status  RunStatus
+	Type    string
+	Message string
+}
+
+func (e *ChildError) Error() string {
+	return fmt.Sprintf("child run %s %s: %s: %s", e.RunID, e.Status, e.Type, e.Message)
+}
+
+// ErrorType names the child's error type, so that a child's policy can
+// filter on it.
+func (e *ChildError) ErrorType() string { return e.Type }

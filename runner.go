@@ -29,13 +29,23 @@ type runner struct {
 	execution int
 	input     json.RawMessage
 
+	parentID  string
+
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
 	cmds    map[int]*command
 	nextPos int
-	steps   []StepSpec
-	timers  []TimerSpec
+	// The commands buffered for the next RunAdvance.
+	steps    []StepSpec
+	timers   []TimerSpec
+	markers  []MarkerSpec
+	children []ChildSpec
+	cancels  []int
+	// signals holds the signals received, by name, in history order;
+	// taken counts those the workflow consumed.
+	signals map[string][]*Event
+	taken   map[string]int
 	// synced is the highest seq up to which every event has been applied;
 	// ahead holds applied seqs beyond a gap.
 	synced int64
@@ -53,16 +63,33 @@ type runner struct {
 	pollEvery time.Duration
 }
 
-// command is a step or timer at a position, recorded or about to be.
+// command is what the workflow did at a position, recorded or about to be.
 type command struct {
-	timer bool
-	name  string
-	fut   *future
+	kind commandKind
+	// name is the step's or child workflow's name, or the change id of a
+	// version marker.
+	name    string
+	version int
+	fut     *future
 }
 
+type commandKind uint8
+
+const (
+	cmdStep commandKind = iota
+	cmdTimer
+	cmdMarker
+	cmdChild
+)
+
 func (c *command) String() string {
-	if c.timer {
+	switch c.kind {
+	case cmdTimer:
 		return "a timer"
+	case cmdMarker:
+		return "version marker " + c.name
+	case cmdChild:
+		return "child workflow " + c.name
 	}
 	return "step " + c.name
 }
@@ -71,6 +98,9 @@ func (c *command) String() string {
 type future struct {
 	pos  int
 	done bool
+	// signal, for a WaitSignal future, is the signal's name: it is done
+	// while an unconsumed signal of that name is known.
+	signal string
 	// seq and at are those of the outcome's event.
 	seq int64
 	at  time.Time
@@ -91,7 +121,10 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 		execution: max(lease.Run.Execution, 1),
 		input:     lease.Run.Input,
 		cancel:    cancel,
+		parentID:  lease.Run.ParentID,
 		cmds:      make(map[int]*command),
+		signals:   make(map[string][]*Event),
+		taken:     make(map[string]int),
 		ahead:     make(map[int64]bool),
 		now:       lease.Run.CreatedAt,
 		wake:      make(chan struct{}, 1),
@@ -179,14 +212,22 @@ func (r *runner) run(fresh bool) {
 		e.runnerDone(r, false)
 		return
 	}
-	_, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Finish: finish})
+	adv, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Finish: finish})
 	switch {
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrRunFinished):
 		e.runnerDone(r, false)
 	case err != nil:
 		e.runnerFailed(r, fmt.Errorf("finish run: %w", err))
+	case finish.ContinueAsNew:
+		// The next execution replays from an empty history of its own.
+		e.log.Debug("run continued as new", "run_id", r.id, "execution", r.execution+1)
+		e.runnerDone(r, false)
+		e.startRunner(RunLease{Token: r.token.Load(), Run: &Run{
+			ID: r.id, Workflow: r.workflow.name, Input: finish.Input, Execution: r.execution + 1, ParentID: r.parentID,
+		}}, false)
 	default:
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
+		e.deliver(adv.Parent)
 		e.runnerDone(r, true)
 	}
 }
@@ -217,6 +258,9 @@ func (r *runner) execute() (finish *RunFinish, exit *runExit) {
 	if n := r.unconsumed(); n > 0 {
 		panic(&NondeterminismError{Position: n, Recorded: r.cmds[n].String()})
 	}
+	if can, ok := errors.AsType[*continueAsNew](err); ok {
+		return &RunFinish{ContinueAsNew: true, Input: can.input}, nil
+	}
 	if err != nil {
 		return &RunFinish{Status: RunFailed, Error: errorInfo(err)}, nil
 	}
@@ -236,7 +280,7 @@ func (r *runner) unconsumed() int {
 func (r *runner) scheduleStep(name string, input json.RawMessage, opts []StepOption) *future {
 	pos := r.take()
 	if c, ok := r.cmds[pos]; ok {
-		if c.timer || c.name != name {
+		if c.kind != cmdStep || c.name != name {
 			panic(&NondeterminismError{Position: pos, Recorded: c.String(), Called: "step " + name})
 		}
 		return c.fut
@@ -254,7 +298,7 @@ func (r *runner) scheduleStep(name string, input json.RawMessage, opts []StepOpt
 		key = defaultKey(r.id, r.execution, pos, name, input)
 	}
 	fut := &future{pos: pos}
-	r.cmds[pos] = &command{name: name, fut: fut}
+	r.cmds[pos] = &command{kind: cmdStep, name: name, fut: fut}
 	r.steps = append(r.steps, StepSpec{
 		Position: pos, Name: name, Input: input, IdempotencyKey: key,
 		PolicyText: pol.text, Policy: pol.json, Timeout: pol.policy.Timeout,
@@ -266,15 +310,78 @@ func (r *runner) scheduleStep(name string, input json.RawMessage, opts []StepOpt
 func (r *runner) scheduleTimer(d time.Duration) *future {
 	pos := r.take()
 	if c, ok := r.cmds[pos]; ok {
-		if !c.timer {
+		if c.kind != cmdTimer {
 			panic(&NondeterminismError{Position: pos, Recorded: c.String(), Called: "a timer"})
 		}
 		return c.fut
 	}
 	fut := &future{pos: pos}
-	r.cmds[pos] = &command{timer: true, fut: fut}
+	r.cmds[pos] = &command{kind: cmdTimer, fut: fut}
 	r.timers = append(r.timers, TimerSpec{Position: pos, Delay: max(d, 0)})
 	return fut
+}
+
+// version decides the version of a change: the recorded one on replay,
+// max when the code meets the change for the first time, and min for a
+// history written before the change existed (where the position holds
+// something else, which is then left for the code that follows).
+func (r *runner) version(change string, minV, maxV int) int {
+	pos := r.nextPos + 1
+	c, ok := r.cmds[pos]
+	switch {
+	case ok && c.kind == cmdMarker && c.name == change:
+		r.take()
+		if c.version < minV || c.version > maxV {
+			panic(&NondeterminismError{Position: pos, Recorded: fmt.Sprintf("%s at version %d", c, c.version),
+				Called: fmt.Sprintf("version marker %s in [%d, %d]", change, minV, maxV)})
+		}
+		return c.version
+	case ok:
+		return minV
+	}
+	r.take()
+	r.cmds[pos] = &command{kind: cmdMarker, name: change, version: maxV, fut: &future{pos: pos, done: true}}
+	r.markers = append(r.markers, MarkerSpec{Position: pos, Name: change, Version: maxV})
+	return maxV
+}
+
+// startChild takes the next position for a child run.
+func (r *runner) startChild(workflow string, input json.RawMessage) (*future, string) {
+	pos := r.take()
+	id := fmt.Sprintf("%s/%d", r.id, pos)
+	if r.execution > 1 {
+		id = fmt.Sprintf("%s/e%d/%d", r.id, r.execution, pos)
+	}
+	if c, ok := r.cmds[pos]; ok {
+		if c.kind != cmdChild || c.name != workflow {
+			panic(&NondeterminismError{Position: pos, Recorded: c.String(), Called: "child workflow " + workflow})
+		}
+		return c.fut, id
+	}
+	fut := &future{pos: pos}
+	r.cmds[pos] = &command{kind: cmdChild, name: workflow, fut: fut}
+	r.children = append(r.children, ChildSpec{Position: pos, ID: id, Workflow: workflow, Input: input})
+	return fut, id
+}
+
+// waitSignal returns a future for the next signal of a name. It takes no
+// position: signals are matched to waits in the order they were received.
+func (r *runner) waitSignal(name string) *future {
+	if r.ctx.Err() != nil {
+		panic(runExit{context.Cause(r.ctx)})
+	}
+	return &future{signal: name}
+}
+
+// peekSignal marks a signal future done while a signal waits for it.
+func (r *runner) peekSignal(f *future) {
+	queue := r.signals[f.signal]
+	if n := r.taken[f.signal]; n < len(queue) {
+		ev := queue[n]
+		f.done, f.seq, f.at, f.out, f.err = true, ev.Seq, ev.At, ev.Input, nil
+	} else {
+		f.done = false
+	}
 }
 
 func (r *runner) take() int {
@@ -293,6 +400,9 @@ func (r *runner) await(fs ...*future) int {
 	for {
 		win, open := -1, false
 		for i, f := range fs {
+			if f.signal != "" {
+				r.peekSignal(f)
+			}
 			switch {
 			case !f.done:
 				open = true
@@ -301,8 +411,16 @@ func (r *runner) await(fs ...*future) int {
 			}
 		}
 		if win >= 0 && (!open || fs[win].seq <= r.synced) {
-			if at := fs[win].at; at.After(r.now) {
+			w := fs[win]
+			if at := w.at; at.After(r.now) {
 				r.now = at
+			}
+			if w.signal != "" {
+				r.taken[w.signal]++
+				w.signal = "" // consumed: it keeps its payload
+			}
+			if len(fs) > 1 {
+				r.cancelLosers(fs, win)
 			}
 			return win
 		}
@@ -315,23 +433,63 @@ func (r *runner) await(fs ...*future) int {
 	}
 }
 
-// flush writes the buffered commands in one transaction.
+// cancelLosers cancels, best effort, the futures a select did not pick: a
+// step's task and a timer are dropped (StepCancelRequested is recorded for
+// a step), a running attempt is cancelled, and the future fails with
+// ErrStepCancelled, also if its outcome came in meanwhile. The rule
+// depends only on the select's winner, so replay agrees.
+func (r *runner) cancelLosers(fs []*future, win int) {
+	for i, f := range fs {
+		if i == win || f.err == ErrStepCancelled {
+			continue
+		}
+		if f.signal != "" {
+			f.done, f.signal = true, "" // an unconsumed signal stays queued
+		} else if c, ok := r.cmds[f.pos]; ok && !f.done && (c.kind == cmdStep || c.kind == cmdTimer) {
+			r.cancels = append(r.cancels, f.pos)
+			if c.kind == cmdStep {
+				r.e.cancelAttempt(r.id, r.execution, f.pos)
+			}
+		}
+		f.done, f.out, f.err = true, nil, ErrStepCancelled
+	}
+}
+
+// flush writes the buffered commands in one transaction. Steps this
+// engine runs and has room for are leased to it in the same transaction,
+// skipping a round trip through the queue.
 func (r *runner) flush() {
-	if len(r.steps) == 0 && len(r.timers) == 0 {
+	if len(r.steps)+len(r.timers)+len(r.markers)+len(r.children)+len(r.cancels) == 0 {
 		return
 	}
+	reserved := r.e.reserve(r.steps)
 	adv, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
 		RunID: r.id, Token: r.token.Load(), Steps: r.steps, Timers: r.timers,
+		Markers: r.markers, Children: r.children, Cancels: r.cancels,
+		LeaseOwner: r.e.id, LeaseTTL: r.e.cfg.LeaseTTL,
 	})
 	if err != nil {
+		r.e.unreserve(reserved)
 		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunFinished) {
 			panic(runExit{})
 		}
 		panic(runExit{fmt.Errorf("advance run: %w", err)})
 	}
-	r.steps, r.timers = r.steps[:0], r.timers[:0]
+	scheduled := len(r.steps) - len(adv.Tasks)
+	children := len(r.children) > 0
+	clear(r.steps)
+	r.steps, r.timers, r.markers, r.children, r.cancels = r.steps[:0], r.timers[:0], r.markers[:0], r.children[:0], r.cancels[:0]
 	r.apply(adv.Events)
-	r.e.kick()
+	for _, t := range adv.Tasks {
+		r.e.startAttempt(t)
+	}
+	r.e.unreserve(reserved)
+	if children {
+		r.e.claimSoon() // this engine may run the children itself
+	}
+	if scheduled > 0 || len(adv.Events) > 0 {
+		r.e.kick()
+	}
 }
 
 // sync reads the events the runner has not seen, closing every gap.
@@ -395,9 +553,37 @@ func (r *runner) apply(events []Event) {
 			continue
 		}
 		switch ev.Type {
-		case EventStepScheduled, EventTimerScheduled:
+		case EventStepScheduled, EventTimerScheduled, EventChildStarted:
 			if _, ok := r.cmds[ev.Position]; !ok {
-				r.cmds[ev.Position] = &command{timer: ev.Type == EventTimerScheduled, name: ev.Step, fut: &future{pos: ev.Position}}
+				c := &command{kind: cmdStep, name: ev.Step, fut: &future{pos: ev.Position}}
+				switch ev.Type {
+				case EventTimerScheduled:
+					c.kind = cmdTimer
+				case EventChildStarted:
+					c.kind, c.name = cmdChild, ev.Workflow
+				}
+				r.cmds[ev.Position] = c
+			}
+		case EventVersionMarker:
+			if _, ok := r.cmds[ev.Position]; !ok {
+				r.cmds[ev.Position] = &command{kind: cmdMarker, name: ev.Step, version: ev.Version, fut: &future{pos: ev.Position, done: true}}
+			}
+		case EventStepCancelRequested:
+			r.resolve(ev, nil, ErrStepCancelled)
+		case EventSignalReceived:
+			r.signals[ev.Step] = append(r.signals[ev.Step], ev)
+		case EventChildCompleted:
+			r.resolve(ev, ev.Output, nil)
+		case EventChildFailed:
+			info := ErrorInfo{Type: "ChildCancelled", Message: "child run " + ev.Reason}
+			if ev.Error != nil {
+				info = *ev.Error
+			}
+			r.resolve(ev, nil, &ChildError{RunID: ev.Child, Status: RunStatus(ev.Reason), Type: info.Type, Message: info.Message})
+		case EventRunRedriven:
+			// The failed step gets new attempts: its outcome is open again.
+			if c, ok := r.cmds[ev.Position]; ok {
+				c.fut.done, c.fut.err, c.fut.out = false, nil, nil
 			}
 		case EventStepCompleted:
 			r.resolve(ev, ev.Output, nil)

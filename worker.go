@@ -126,7 +126,56 @@ func (e *Engine) localSteps() []string {
 func (e *Engine) hasRoom() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.attempts) < e.cfg.MaxConcurrentSteps
+	return len(e.attempts)+e.reserved < e.cfg.MaxConcurrentSteps
+}
+
+// reserve marks the steps that this engine runs and has room for to be
+// leased to it as they are scheduled, and holds their room until
+// unreserve. It returns the names it reserved.
+func (e *Engine) reserve(steps []StepSpec) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var names []string
+	if !e.running {
+		return nil
+	}
+	for i := range steps {
+		s := e.steps[steps[i].Name]
+		if s == nil || len(e.attempts)+e.reserved >= e.cfg.MaxConcurrentSteps {
+			continue
+		}
+		if c := s.cfg.concurrency; c > 0 && e.perStep[s.name]+e.reservedBy[s.name] >= c {
+			continue
+		}
+		steps[i].Lease = true
+		e.reserved++
+		e.reservedBy[s.name]++
+		names = append(names, s.name)
+	}
+	return names
+}
+
+func (e *Engine) unreserve(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, name := range names {
+		e.reserved--
+		e.reservedBy[name]--
+	}
+}
+
+// cancelAttempt cancels the local attempt of a step that lost a select.
+func (e *Engine) cancelAttempt(runID string, execution, position int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, a := range e.attempts {
+		if t := a.task; t.RunID == runID && t.Execution == execution && t.Position == position {
+			a.stop(e, ErrStepCancelled)
+		}
+	}
 }
 
 // claimTasks claims as many ready tasks as there is room for and starts
@@ -134,13 +183,13 @@ func (e *Engine) hasRoom() bool {
 // caller looks again at once.
 func (e *Engine) claimTasks(ctx context.Context) bool {
 	e.mu.Lock()
-	free := e.cfg.MaxConcurrentSteps - len(e.attempts)
+	free := e.cfg.MaxConcurrentSteps - len(e.attempts) - e.reserved
 	var quotas []StepQuota
 	if free > 0 {
 		for name, s := range e.steps {
 			q := free
 			if c := s.cfg.concurrency; c > 0 {
-				q = min(q, c-e.perStep[name])
+				q = min(q, c-e.perStep[name]-e.reservedBy[name])
 			}
 			if q > 0 {
 				quotas = append(quotas, StepQuota{Name: name, Limit: q})
@@ -237,7 +286,7 @@ func (e *Engine) runAttempt(ctx context.Context, a *attempt, s *stepEntry) {
 		limit := info.Deadline.Sub(start)
 		err = retry.NewError(TypeTimeout, fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, limit))
 		out = nil
-	case errors.Is(cause, ErrShutdown), errors.Is(cause, ErrCancelled), errors.Is(cause, ErrLeaseLost):
+	case errors.Is(cause, ErrShutdown), errors.Is(cause, ErrCancelled), errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrStepCancelled):
 		// The lease lapses (shutdown) or is already gone: nothing to record.
 		e.log.Debug("attempt abandoned", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "cause", cause)
 		return
@@ -352,7 +401,7 @@ func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool)
 	}
 	elapsed := e.clock.Now().Sub(first)
 	d := pol.Decide(&retry.Failure{
-		Attempt:    t.Attempt,
+		Attempt:    t.Attempt - t.Base,
 		Types:      retry.TypeChain(err),
 		Permanent:  retry.IsPermanent(err),
 		RetryAfter: retry.RetryAfterOf(err),
@@ -429,7 +478,14 @@ func (e *Engine) reap(ctx context.Context) {
 		if t.Timeout > 0 && !e.clock.Now().Before(t.StartedAt.Add(t.Timeout)) {
 			msg = fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, t.Timeout)
 		}
-		o, err := e.store.TaskFail(ctx, e.failParams(t, retry.NewError(TypeTimeout, msg), pol, true))
+		p := e.failParams(t, retry.NewError(TypeTimeout, msg), pol, true)
+		if n := t.Lapses + 1; e.cfg.PoisonAfter > 0 && n >= e.cfg.PoisonAfter {
+			p.Error = ErrorInfo{Type: TypePoison, Message: fmt.Sprintf(
+				"the lease of attempt %d lapsed without a result, %d times in a row: its workers keep dying", t.Attempt, n)}
+			p.Retry, p.Delay, p.Reason = false, 0, string(retry.ReasonPermanent)
+			p.Rule = fmt.Sprintf("poison after %d lapses", e.cfg.PoisonAfter)
+		}
+		o, err := e.store.TaskFail(ctx, p)
 		if err != nil {
 			if !errors.Is(err, ErrLeaseLost) && ctx.Err() == nil {
 				e.log.Warn("fail expired attempt", "run_id", t.RunID, "err", err)

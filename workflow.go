@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"reprise/retry"
 )
 
 // A WorkflowDef is a registered workflow: a Go function that orchestrates
@@ -204,4 +206,94 @@ func mustRunner(ctx context.Context, op string) *runner {
 		panic("reprise." + op + " called outside a workflow")
 	}
 	return r
+}
+
+// continueAsNew is the error a workflow returns to continue as new.
+type continueAsNew struct{ input json.RawMessage }
+
+func (c *continueAsNew) Error() string { return "continue as new" }
+
+// ContinueAsNew ends the run's current execution and starts a new one,
+// under the same run id, with input and an empty history: a long-lived
+// workflow's history stays short. Return its result from the workflow:
+//
+//	return out, reprise.ContinueAsNew(ctx, nextInput)
+//
+// Results and timers that belong to the old execution never reach the new
+// one.
+func ContinueAsNew(ctx context.Context, input any) error {
+	mustRunner(ctx, "ContinueAsNew")
+	b, err := json.Marshal(input)
+	if err != nil {
+		return fmt.Errorf("continue as new: encode input: %w", err)
+	}
+	return &continueAsNew{input: b}
+}
+
+// Version lets workflow code change while runs started under the old code
+// replay it: it returns the version of change to follow, between minV (the
+// code before the change, DefaultVersion for runs that predate it) and maxV
+// (the newest). A run meeting the change for the first time records maxV;
+// a replay returns what was recorded.
+//
+//	if reprise.Version(ctx, "fraud-check", reprise.DefaultVersion, 1) == 1 {
+//		reprise.Step(ctx, fraudCheck, order)
+//	}
+func Version(ctx context.Context, change string, minV, maxV int) int {
+	if minV > maxV {
+		panic(fmt.Sprintf("reprise.Version(%q): min %d > max %d", change, minV, maxV))
+	}
+	return mustRunner(ctx, "Version").version(change, minV, maxV)
+}
+
+// DefaultVersion is the version of code written before a change.
+const DefaultVersion = -1
+
+// WaitSignal returns a future of the payload of the next signal named name
+// sent to the run (Engine.Signal). Signals sent before the wait are kept
+// in order. Use Select with After for a wait with a timeout. A wait is not
+// a step: it is never retried.
+func WaitSignal[T any](ctx context.Context, name string) *Future[T] {
+	return &Future[T]{f: mustRunner(ctx, "WaitSignal").waitSignal(name)}
+}
+
+// Child starts a run of wf as a child of this one and returns a future of
+// its result; a child that fails or is cancelled gives a *ChildError.
+// Cancelling the parent cancels its children. The child runs once; use
+// ChildRun for a child retried by a policy.
+func Child[I, O any](ctx context.Context, wf *WorkflowDef[I, O], in I) *Future[O] {
+	r := mustRunner(ctx, "Child")
+	input, err := json.Marshal(in)
+	if err != nil {
+		return &Future[O]{f: &future{done: true, err: fmt.Errorf("encode input of child %s: %w", wf.name, err)}}
+	}
+	f, _ := r.startChild(wf.name, input)
+	return &Future[O]{f: f}
+}
+
+// ChildRun runs wf as a child with a retry policy applied to the child as a
+// whole: each attempt is a fresh child run, retried after the policy's
+// backoff (a durable timer) while the policy allows. The workflow sees the
+// result, or a *StepError naming the child workflow.
+func ChildRun[I, O any](ctx context.Context, wf *WorkflowDef[I, O], in I, p retry.Policy) (O, error) {
+	start := Now(ctx)
+	for attempt := 1; ; attempt++ {
+		out, err := Child(ctx, wf, in).Get(ctx)
+		if err == nil {
+			return out, nil
+		}
+		d := p.Decide(&retry.Failure{
+			Attempt: attempt, Types: retry.TypeChain(err), Permanent: retry.IsPermanent(err),
+			RetryAfter: retry.RetryAfterOf(err), Elapsed: Now(ctx).Sub(start), Key: RunID(ctx) + "/" + wf.name,
+		})
+		if !d.Retry {
+			info := errorInfo(err)
+			return out, &StepError{Step: wf.name, Attempts: attempt, Reason: d.Reason, Type: info.Type, Message: info.Message}
+		}
+		if d.Delay > 0 {
+			if err := Sleep(ctx, d.Delay); err != nil {
+				return out, err
+			}
+		}
+	}
 }

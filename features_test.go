@@ -1,0 +1,325 @@
+package reprise_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/reprisetest"
+	"reprise/retry"
+)
+
+func eventsOf(events []reprise.Event, typ reprise.EventType) []reprise.Event {
+	var out []reprise.Event
+	for _, ev := range events {
+		if ev.Type == typ {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+func TestSelectCancelsTheLoser(t *testing.T) {
+	t.Parallel()
+	var cause atomic.Value
+	release := make(chan struct{})
+	slow := reprise.NewStep("slow", func(ctx context.Context, _ int) (string, error) {
+		<-ctx.Done()
+		cause.Store(context.Cause(ctx))
+		<-release // answers late, after it lost
+		return "late", nil
+	})
+	wf := reprise.NewWorkflow("race-timer", func(ctx context.Context, _ int) (string, error) {
+		f := reprise.Go(ctx, slow, 0)
+		if reprise.Select(ctx, f, reprise.After(ctx, 5*time.Second)) == 0 {
+			return "step won", nil
+		}
+		if _, err := f.Get(ctx); !errors.Is(err, reprise.ErrStepCancelled) {
+			return "", fmt.Errorf("loser's Get = %v, want ErrStepCancelled", err)
+		}
+		return "timer won", nil
+	})
+	env := reprisetest.New(t, nil, wf, slow)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	env.Wait(h.ID)
+	close(release)
+	got, err := h.Result(t.Context())
+	if err != nil || got != "timer won" {
+		t.Fatalf("result %q, %v", got, err)
+	}
+	waitFor(t, func() bool { return cause.Load() != nil })
+	if c := cause.Load().(error); !errors.Is(c, reprise.ErrStepCancelled) {
+		t.Errorf("losing attempt cancelled with %v", c)
+	}
+	events := env.History(h.ID)
+	if n := len(eventsOf(events, reprise.EventStepCancelRequested)); n != 1 {
+		t.Errorf("%d StepCancelRequested, want 1", n)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if n := len(eventsOf(env.History(h.ID), reprise.EventStepCompleted)); n != 0 {
+		t.Errorf("the late result was recorded")
+	}
+}
+
+// countdown continues as new until its input reaches zero; each execution
+// races a step against a timer, so stale results and timers of earlier
+// executions exist (SPEC seed 003, cross-execution stale events).
+func TestContinueAsNewDropsStaleEvents(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var lateDone atomic.Int32
+	// On execution 1 the step hangs past the timer and answers after the
+	// switch; on later ones it wins while the timer is still pending.
+	racer := reprise.NewStep("racer", func(ctx context.Context, n int) (int, error) {
+		if n == 3 {
+			<-release
+			lateDone.Add(1)
+		}
+		return n, nil
+	})
+	wf := reprise.NewWorkflow("countdown", func(ctx context.Context, n int) (string, error) {
+		f := reprise.Go(ctx, racer, n)
+		won := "step"
+		if reprise.Select(ctx, f, reprise.After(ctx, time.Minute)) == 1 {
+			won = "timer"
+		}
+		if n == 0 {
+			return fmt.Sprintf("done at execution with %s winning", won), nil
+		}
+		return "", reprise.ContinueAsNew(ctx, n-1)
+	})
+	env := reprisetest.New(t, nil, wf, racer)
+	h, _ := wf.Start(t.Context(), env.Engine, 3)
+	env.AdvanceUntil(func() bool {
+		run, _ := env.Engine.GetRun(t.Context(), h.ID)
+		return run.Execution >= 2
+	})
+	close(release) // execution 1's step answers now: too late
+	waitFor(t, func() bool { return lateDone.Load() == 1 })
+	run := env.Wait(h.ID)
+	if run.Status != reprise.RunCompleted || run.Execution != 4 {
+		t.Fatalf("run %s at execution %d, want completed at 4", run.Status, run.Execution)
+	}
+	events := env.History(h.ID)
+	if n := len(eventsOf(events, reprise.EventRunContinuedAsNew)); n != 3 {
+		t.Errorf("%d RunContinuedAsNew, want 3", n)
+	}
+	for _, ev := range eventsOf(events, reprise.EventStepCompleted) {
+		if ev.Execution == 1 {
+			t.Errorf("execution 1's late result was recorded: %+v", ev)
+		}
+	}
+	for _, ev := range eventsOf(events, reprise.EventTimerFired) {
+		if ev.Execution != 1 {
+			t.Errorf("a timer of execution %d fired after its execution ended", ev.Execution)
+		}
+	}
+	// The run replays the same way from its history after a restart.
+	env.Restart(nil, wf, racer)
+	if got, err := h.Result(t.Context()); err != nil || got != "done at execution with step winning" {
+		t.Fatalf("result %q, %v", got, err)
+	}
+}
+
+func TestSignals(t *testing.T) {
+	t.Parallel()
+	wf := reprise.NewWorkflow("approval", func(ctx context.Context, _ int) (string, error) {
+		var got []string
+		for range 2 {
+			s, err := reprise.WaitSignal[string](ctx, "approve").Get(ctx)
+			if err != nil {
+				return "", err
+			}
+			got = append(got, s)
+		}
+		sig := reprise.WaitSignal[string](ctx, "approve")
+		if reprise.Select(ctx, sig, reprise.After(ctx, time.Hour)) == 1 {
+			got = append(got, "timed out")
+		}
+		return strings.Join(got, ","), nil
+	})
+	env := reprisetest.New(t, nil, wf)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	// Both are sent before the workflow waits: they are kept, in order.
+	if err := env.Engine.Signal(t.Context(), h.ID, "approve", "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Engine.Signal(t.Context(), h.ID, "approve", "bob"); err != nil {
+		t.Fatal(err)
+	}
+	env.Wait(h.ID)
+	if got, err := h.Result(t.Context()); err != nil || got != "alice,bob,timed out" {
+		t.Fatalf("result %q, %v", got, err)
+	}
+	if err := env.Engine.Signal(t.Context(), h.ID, "approve", "late"); !errors.Is(err, reprise.ErrRunFinished) {
+		t.Errorf("signal to a finished run: %v, want ErrRunFinished", err)
+	}
+}
+
+func TestChildRuns(t *testing.T) {
+	t.Parallel()
+	var tries atomic.Int32
+	flaky := reprise.NewStep("child-step", func(ctx context.Context, n int) (int, error) {
+		return n + 1, nil
+	})
+	child := reprise.NewWorkflow("child", func(ctx context.Context, n int) (int, error) {
+		if tries.Add(1) < 3 {
+			return 0, errors.New("child failed")
+		}
+		return reprise.Step(ctx, flaky, n)
+	})
+	parent := reprise.NewWorkflow("parent", func(ctx context.Context, n int) (int, error) {
+		return reprise.ChildRun(ctx, child, n, retry.Attempts(5, retry.Fixed(time.Minute)))
+	})
+	env := reprisetest.New(t, nil, parent, child, flaky)
+	h, _ := parent.Start(t.Context(), env.Engine, 41)
+	env.Wait(h.ID)
+	if got, err := h.Result(t.Context()); err != nil || got != 42 {
+		t.Fatalf("result %d, %v", got, err)
+	}
+	events := env.History(h.ID)
+	if n := len(eventsOf(events, reprise.EventChildStarted)); n != 3 {
+		t.Errorf("%d child runs started, want 3 (two failed, one completed)", n)
+	}
+	if n := len(eventsOf(events, reprise.EventChildFailed)); n != 2 {
+		t.Errorf("%d ChildFailed, want 2", n)
+	}
+}
+
+func TestCancellingParentCancelsChildren(t *testing.T) {
+	t.Parallel()
+	wait := reprise.NewWorkflow("waits-forever", func(ctx context.Context, _ int) (int, error) {
+		return 0, reprise.Sleep(ctx, 24*time.Hour)
+	})
+	parent := reprise.NewWorkflow("parent-of-sleeper", func(ctx context.Context, _ int) (int, error) {
+		return reprise.Child(ctx, wait, 0).Get(ctx)
+	})
+	env := reprisetest.New(t, nil, parent, wait)
+	h, _ := parent.Start(t.Context(), env.Engine, 0)
+	childID := h.ID + "/1"
+	waitFor(t, func() bool {
+		run, err := env.Engine.GetRun(t.Context(), childID)
+		return err == nil && run.Status == reprise.RunRunning
+	})
+	if err := env.Engine.Cancel(t.Context(), h.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	if run := env.Wait(childID); run.Status != reprise.RunCancelled {
+		t.Errorf("child is %s after its parent was cancelled", run.Status)
+	}
+}
+
+func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
+	t.Parallel()
+	a := reprise.NewStep("a", func(ctx context.Context, _ int) (string, error) { return "a", nil })
+	gate := reprise.NewStep("gate", func(ctx context.Context, _ int) (string, error) {
+		info, _ := reprise.StepInfoFrom(ctx)
+		if info.Attempt == 1 {
+			return "", errors.New("closed")
+		}
+		return "open", nil
+	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
+	b := reprise.NewStep("b", func(ctx context.Context, _ int) (string, error) { return "b", nil })
+	v1 := reprise.NewWorkflow("versioned", func(ctx context.Context, _ int) (string, error) {
+		reprise.Step(ctx, gate, 0)
+		return reprise.Step(ctx, a, 0)
+	})
+	v2 := reprise.NewWorkflow("versioned", func(ctx context.Context, _ int) (string, error) {
+		if reprise.Version(ctx, "use-b", reprise.DefaultVersion, 1) == 1 {
+			reprise.Step(ctx, gate, 0)
+			return reprise.Step(ctx, b, 0)
+		}
+		reprise.Step(ctx, gate, 0)
+		return reprise.Step(ctx, a, 0)
+	})
+	env := reprisetest.New(t, nil, v1, a, b, gate)
+	old, _ := v1.Start(t.Context(), env.Engine, 0)
+	waitFor(t, func() bool { return countEvents(env.History(old.ID), reprise.EventAttemptFailed) == 1 })
+	env.Restart(nil, v2, a, b, gate)
+	fresh, _ := v2.Start(t.Context(), env.Engine, 0)
+	env.Wait(old.ID)
+	env.Wait(fresh.ID)
+	if got, err := old.Result(t.Context()); err != nil || got != "a" {
+		t.Errorf("old run: %q, %v; want the old branch", got, err)
+	}
+	if got, err := fresh.Result(t.Context()); err != nil || got != "b" {
+		t.Errorf("new run: %q, %v; want the new branch", got, err)
+	}
+	if n := len(eventsOf(env.History(fresh.ID), reprise.EventVersionMarker)); n != 1 {
+		t.Errorf("new run has %d version markers, want 1", n)
+	}
+}
+
+func TestRedriveGivesAFreshBudget(t *testing.T) {
+	t.Parallel()
+	var fixed atomic.Bool
+	fragile := reprise.NewStep("fragile", func(ctx context.Context, _ int) (string, error) {
+		if !fixed.Load() {
+			return "", errors.New("bug")
+		}
+		return "fixed", nil
+	}, reprise.WithPolicyText("[retry: 2, backoff: 1s]"))
+	wf := reprise.NewWorkflow("redrivable", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Step(ctx, fragile, 0)
+	})
+	env := reprisetest.New(t, nil, wf, fragile)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	if run := env.Wait(h.ID); run.Status != reprise.RunFailed {
+		t.Fatalf("run %s, want failed", run.Status)
+	}
+	fixed.Store(true)
+	if err := env.Engine.Redrive(t.Context(), h.ID, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	env.Wait(h.ID)
+	if got, err := h.Result(t.Context()); err != nil || got != "fixed" {
+		t.Fatalf("after redrive: %q, %v", got, err)
+	}
+	events := env.History(h.ID)
+	red := eventsOf(events, reprise.EventRunRedriven)
+	if len(red) != 1 || red[0].Reason != "alice" {
+		t.Errorf("RunRedriven = %+v", red)
+	}
+	if n := len(eventsOf(events, reprise.EventAttemptStarted)); n != 4 {
+		t.Errorf("%d attempts, want 3 before the redrive and 1 after", n)
+	}
+	if err := env.Engine.Redrive(t.Context(), h.ID, "bob"); !errors.Is(err, reprise.ErrNotRedrivable) {
+		t.Errorf("redrive of a completed run: %v", err)
+	}
+}
+
+func TestPoisonTask(t *testing.T) {
+	t.Parallel()
+	wf := reprise.NewWorkflow("poisoned", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Call[string](ctx, "remote-job", 0)
+	})
+	env := reprisetest.New(t, &reprise.Config{LeaseTTL: time.Minute, PoisonAfter: 3}, wf)
+	unlimited := retry.Attempts(retry.Unlimited, retry.None)
+	if err := env.Engine.RegisterRemoteStep("remote-job", &unlimited); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	for i := range 3 {
+		var tasks []*reprise.Task
+		waitFor(t, func() bool {
+			tasks, _ = env.Engine.ClaimTasks(t.Context(), "doomed-worker", []string{"remote-job"}, 1)
+			return len(tasks) == 1
+		})
+		// The worker dies: its lease lapses with no result.
+		env.Clock.Advance(time.Minute)
+		waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == i+1 })
+	}
+	run := env.Wait(h.ID)
+	if run.Status != reprise.RunFailed {
+		t.Fatalf("run %s", run.Status)
+	}
+	failed := eventsOf(env.History(h.ID), reprise.EventStepFailed)
+	if len(failed) != 1 || failed[0].Error.Type != reprise.TypePoison || failed[0].Attempt != 3 {
+		t.Fatalf("StepFailed = %+v, want Poison after 3 attempts", failed)
+	}
+}
