@@ -29,7 +29,7 @@ type runner struct {
 	execution int
 	input     json.RawMessage
 
-	parentID  string
+	parentID string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
