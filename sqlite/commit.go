@@ -26,7 +26,8 @@ var errClosed = errors.New("sqlite: store is closed")
 // queue up and wait.
 //
 // A call must leave the database unchanged when it returns a sentinel error
-// (reprise.ErrNotFound, ErrLeaseLost, ErrRunFinished); its batch then
+// (reprise.ErrNotFound, ErrLeaseLost, ErrRunFinished, ErrNotRedrivable);
+// its batch then
 // carries on. Any other error may come after partial writes: the batch is
 // rolled back and each of its calls is run again alone, in its own
 // transaction, so that one bad call never costs the others their work.
@@ -196,7 +197,8 @@ func (c *committer) runAlone(tx *txn, cl *call) error {
 func clean(err error) bool {
 	return errors.Is(err, reprise.ErrNotFound) ||
 		errors.Is(err, reprise.ErrLeaseLost) ||
-		errors.Is(err, reprise.ErrRunFinished)
+		errors.Is(err, reprise.ErrRunFinished) ||
+		errors.Is(err, reprise.ErrNotRedrivable)
 }
 
 // close refuses new calls and waits for the running batch and the queued

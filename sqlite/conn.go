@@ -112,6 +112,11 @@ func (c *conn) namedValues(args []any) ([]driver.NamedValue, error) {
 			nv[i].Value = v
 		case int:
 			nv[i].Value = int64(v)
+		case bool:
+			nv[i].Value = int64(0)
+			if v {
+				nv[i].Value = int64(1)
+			}
 		case json.RawMessage:
 			if len(v) > 0 {
 				nv[i].Value = []byte(v)

@@ -14,7 +14,7 @@ import (
 
 // taskColumns are the columns scanTask reads.
 const taskColumns = `id, run_id, execution, position, step, input, idempotency_key, policy, timeout,
-	attempt, token, lease_until, started_at, first_started_at`
+	attempt, token, lease_until, started_at, first_started_at, base, lapses`
 
 // scanTask reads a task, and into extra the columns a query selects after
 // taskColumns.
@@ -24,7 +24,8 @@ func scanTask(row scanner, extra ...any) (*reprise.Task, error) {
 	var timeout int64
 	var leaseUntil, startedAt, firstStartedAt sql.NullInt64
 	dest := append([]any{&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey,
-		&policy, &timeout, &t.Attempt, &t.Token, &leaseUntil, &startedAt, &firstStartedAt}, extra...)
+		&policy, &timeout, &t.Attempt, &t.Token, &leaseUntil, &startedAt, &firstStartedAt, &t.Base, &t.Lapses},
+		extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -270,6 +271,15 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 		failed := reprise.Event{Type: reprise.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
 		if !p.Retry {
 			failed.Reason = p.Reason
+			// The step is kept as it failed, for a redrive.
+			_, err := tx.exec(`
+				INSERT OR REPLACE INTO failed_steps
+					(run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base)
+				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base
+				FROM tasks WHERE id = ?`, p.TaskID)
+			if err != nil {
+				return err
+			}
 			if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, p.TaskID); err != nil {
 				return err
 			}
@@ -277,8 +287,13 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			return err
 		}
 		failed.Delay, failed.RetryAt = p.Delay, tx.now.Add(p.Delay)
-		_, err = tx.exec(`UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ? WHERE id = ?`,
-			failed.RetryAt.UnixNano(), p.TaskID)
+		// A lapsed lease counts towards the poison count; any other
+		// result resets it.
+		_, err = tx.exec(`
+			UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ?,
+				lapses = CASE WHEN ? THEN lapses + 1 ELSE 0 END
+			WHERE id = ?`,
+			failed.RetryAt.UnixNano(), p.Expired, p.TaskID)
 		if err != nil {
 			return err
 		}

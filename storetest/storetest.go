@@ -111,13 +111,19 @@ func (f *fixture) create(id string) reprise.RunLease {
 // advance calls RunAdvance with the lease's token and returns the events.
 func (f *fixture) advance(lease reprise.RunLease, p reprise.RunAdvanceParams) []reprise.Event {
 	f.t.Helper()
+	return f.advanced(lease, p).Events
+}
+
+// advanced calls RunAdvance with the lease's token.
+func (f *fixture) advanced(lease reprise.RunLease, p reprise.RunAdvanceParams) *reprise.Advanced {
+	f.t.Helper()
 	p.RunID = lease.Run.ID
 	p.Token = lease.Token
-	events, err := f.store.RunAdvance(f.t.Context(), &p)
+	adv, err := f.store.RunAdvance(f.t.Context(), &p)
 	if err != nil {
 		f.t.Fatalf("RunAdvance(%s): %v", lease.Run.ID, err)
 	}
-	return events
+	return adv
 }
 
 // schedule creates a run with the given steps scheduled and returns its

@@ -1,0 +1,317 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"reprise"
+)
+
+// RunAdvance records a workflow's progress under the run's lease: what it
+// scheduled (steps, timers, markers, children) in position order, then
+// the positions it cancelled, then its end.
+func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+	f := p.Finish
+	var errBlob any
+	if f != nil && !f.ContinueAsNew {
+		if !f.Status.Final() {
+			return nil, fmt.Errorf("advance run %s: finish with status %q", p.RunID, f.Status)
+		}
+		var err error
+		if errBlob, err = errorBlob(f.Error); err != nil {
+			return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
+		}
+	}
+	plan, err := planAdvance(p)
+	if err != nil {
+		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
+	}
+	var adv *reprise.Advanced
+	err = s.write(ctx, func(tx *txn) error {
+		adv = nil
+		run, err := tx.activeRun(p.RunID)
+		if err != nil {
+			return err
+		}
+		if run.token != p.Token {
+			return reprise.ErrLeaseLost
+		}
+		a := &reprise.Advanced{Events: make([]reprise.Event, 0, len(plan)+1)}
+		var bodies [][]byte
+		add := func(e reprise.Event, body []byte) {
+			if e.Execution == 0 {
+				e.Execution = run.execution
+			}
+			a.Events = append(a.Events, e)
+			bodies = append(bodies, body)
+		}
+
+		// What the workflow scheduled, in position order. Steps of an
+		// advance that finishes the run get no task: Finish would drop it.
+		for _, pl := range plan {
+			e := pl.event
+			switch {
+			case pl.step != nil && f == nil:
+				task, err := tx.scheduleStep(p, pl.step, run.execution)
+				if err != nil {
+					return err
+				}
+				add(e, pl.body)
+				if task != nil {
+					a.Tasks = append(a.Tasks, task)
+					add(reprise.Event{
+						Type: reprise.EventAttemptStarted, Position: task.Position, Step: task.Step, Attempt: 1,
+						Worker: p.LeaseOwner, LeaseUntil: task.LeaseUntil, IdempotencyKey: task.IdempotencyKey,
+					}, nil)
+				}
+				continue
+			case pl.timer != nil:
+				e.FireAt = tx.now.Add(pl.timer.Delay)
+				_, err := tx.exec(`INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, ?, ?, ?)`,
+					p.RunID, run.execution, pl.timer.Position, tx.nanos+int64(pl.timer.Delay))
+				if err != nil {
+					return fmt.Errorf("schedule timer %d: %w", pl.timer.Position, err)
+				}
+			case pl.child != nil:
+				if err := tx.createChild(p.RunID, run.execution, pl.child); err != nil {
+					return err
+				}
+			}
+			add(e, pl.body)
+		}
+
+		// The positions the workflow no longer waits for.
+		for _, pos := range p.Cancels {
+			var step string
+			err := tx.queryRow(`DELETE FROM tasks WHERE run_id = ? AND execution = ? AND position = ? RETURNING step`,
+				p.RunID, run.execution, pos).Scan(&step)
+			switch {
+			case err == nil:
+				add(reprise.Event{Type: reprise.EventStepCancelRequested, Position: pos, Step: step}, nil)
+				a.Tasks = slices.DeleteFunc(a.Tasks, func(t *reprise.Task) bool { return t.Position == pos })
+			case !errors.Is(err, sql.ErrNoRows):
+				return fmt.Errorf("cancel position %d: %w", pos, err)
+			}
+			if _, err := tx.exec(`DELETE FROM timers WHERE run_id = ? AND execution = ? AND position = ?`,
+				p.RunID, run.execution, pos); err != nil {
+				return fmt.Errorf("cancel position %d: %w", pos, err)
+			}
+		}
+
+		var parent reprise.Event // what the run's end tells its parent
+		switch {
+		case f != nil && f.ContinueAsNew:
+			if err := tx.dropWork(p.RunID, false); err != nil {
+				return err
+			}
+			if err := tx.cancelChildren(p.RunID, reasonParentFinished); err != nil {
+				return err
+			}
+			_, err := tx.exec(`UPDATE runs SET status = 'running', execution = execution + 1, input = ? WHERE id = ?`,
+				blob(f.Input), p.RunID)
+			if err != nil {
+				return err
+			}
+			add(reprise.Event{Type: reprise.EventRunContinuedAsNew, Input: f.Input}, nil)
+			add(reprise.Event{
+				Type: reprise.EventRunStarted, Execution: run.execution + 1, Workflow: run.workflow, Input: f.Input,
+			}, nil)
+		case f != nil:
+			_, err := tx.exec(`
+				UPDATE runs SET status = ?, output = ?, error = ?, owner = '', lease_until = 0
+				WHERE id = ?`, string(f.Status), blob(f.Output), errBlob, p.RunID)
+			if err != nil {
+				return err
+			}
+			if err := tx.dropWork(p.RunID, f.Status == reprise.RunFailed); err != nil {
+				return err
+			}
+			if err := tx.cancelChildren(p.RunID, reasonParentFinished); err != nil {
+				return err
+			}
+			end := reprise.Event{}
+			switch f.Status {
+			case reprise.RunCompleted:
+				end.Type, end.Output = reprise.EventRunCompleted, f.Output
+				parent = reprise.Event{Type: reprise.EventChildCompleted, Output: f.Output}
+			case reprise.RunFailed:
+				end.Type, end.Error = reprise.EventRunFailed, f.Error
+				parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+			case reprise.RunCancelled:
+				end.Type, end.Error = reprise.EventRunCancelled, f.Error
+				parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+			}
+			add(end, nil)
+		case run.status == reprise.RunPending:
+			if _, err := tx.exec(`UPDATE runs SET status = 'running' WHERE id = ?`, p.RunID); err != nil {
+				return err
+			}
+		}
+		if err := tx.appendEvents(p.RunID, run.last, a.Events, bodies); err != nil {
+			return err
+		}
+		if parent.Type != "" && run.parentID != "" {
+			if a.Parent, err = tx.tellParent(run, p.RunID, parent); err != nil {
+				return err
+			}
+		}
+		adv = a
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
+	}
+	return adv, nil
+}
+
+// A planned event is one an advance appends for something the workflow
+// scheduled, with what it schedules.
+type planned struct {
+	event reprise.Event
+	body  []byte // encoded ahead, off the write path; nil for timers
+	step  *reprise.StepSpec
+	timer *reprise.TimerSpec
+	child *reprise.ChildSpec
+}
+
+// planAdvance returns the events of what an advance schedules, in position
+// order, encoded ahead where they depend on nothing the write learns.
+func planAdvance(p *reprise.RunAdvanceParams) ([]planned, error) {
+	plan := make([]planned, 0, len(p.Steps)+len(p.Timers)+len(p.Markers)+len(p.Children))
+	for i := range p.Steps {
+		st := &p.Steps[i]
+		if st.Lease && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
+			return nil, fmt.Errorf("step %d is to be leased: want LeaseOwner and LeaseTTL", st.Position)
+		}
+		plan = append(plan, planned{step: st, event: reprise.Event{
+			Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name,
+			Input: st.Input, Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey,
+		}})
+	}
+	for i := range p.Timers {
+		tm := &p.Timers[i]
+		plan = append(plan, planned{timer: tm, event: reprise.Event{
+			Type: reprise.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay,
+		}})
+	}
+	for _, m := range p.Markers {
+		plan = append(plan, planned{event: reprise.Event{
+			Type: reprise.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version,
+		}})
+	}
+	for i := range p.Children {
+		c := &p.Children[i]
+		plan = append(plan, planned{child: c, event: reprise.Event{
+			Type: reprise.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input,
+		}})
+	}
+	// Stable: tasks get their ids in position order, so that claims of
+	// tasks ready at the same time follow the workflow's order.
+	slices.SortStableFunc(plan, func(a, b planned) int { return cmp.Compare(a.event.Position, b.event.Position) })
+	for i := range plan {
+		if plan[i].timer != nil {
+			continue
+		}
+		var err error
+		if plan[i].body, err = encodeEvent(plan[i].event); err != nil {
+			return nil, err
+		}
+	}
+	return plan, nil
+}
+
+// scheduleStep makes a step a ready task, or, marked Lease, a task leased
+// to p.LeaseOwner with its first attempt started, as a claim would. It
+// returns the leased task, nil for a ready one.
+func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, execution int) (*reprise.Task, error) {
+	if !st.Lease {
+		_, err := tx.exec(`
+			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
+			int64(st.Timeout), tx.nanos)
+		if err != nil {
+			return nil, fmt.Errorf("schedule step %d: %w", st.Position, err)
+		}
+		return nil, nil
+	}
+	lease := p.LeaseTTL
+	if st.Timeout > 0 && st.Timeout < lease {
+		lease = st.Timeout
+	}
+	t := &reprise.Task{
+		RunID: p.RunID, Execution: execution, Position: st.Position, Step: st.Name, Input: st.Input,
+		IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
+		LeaseUntil: tx.now.Add(lease), StartedAt: tx.now, FirstStartedAt: tx.now,
+	}
+	err := tx.queryRow(`
+		INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at,
+			attempt, token, owner, started_at, first_started_at, lease_until)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?)
+		RETURNING id`,
+		p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
+		int64(st.Timeout), tx.nanos, p.LeaseOwner, tx.nanos, tx.nanos, t.LeaseUntil.UnixNano()).Scan(&t.ID)
+	if err != nil {
+		return nil, fmt.Errorf("schedule step %d: %w", st.Position, err)
+	}
+	return t, nil
+}
+
+// A runState is what a write reads of an active run: its state, lease,
+// parent, and the last Seq of its history.
+type runState struct {
+	status          reprise.RunStatus
+	token           int64
+	execution       int
+	last            int64
+	workflow        string
+	owner           string
+	parentID        string
+	parentPosition  int
+	parentExecution int
+}
+
+// activeRun reads a run that must be active: ErrNotFound when there is no
+// such run, ErrRunFinished when it has finished.
+func (tx *txn) activeRun(id string) (runState, error) {
+	var r runState
+	var status string
+	err := tx.queryRow(`
+		SELECT status, token, execution, workflow, owner, coalesce(parent_id, ''), parent_position, parent_execution,
+			`+lastSeq+`
+		FROM runs WHERE id = ?1`, id).
+		Scan(&status, &r.token, &r.execution, &r.workflow, &r.owner, &r.parentID, &r.parentPosition,
+			&r.parentExecution, &r.last)
+	r.status = reprise.RunStatus(status)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return runState{}, reprise.ErrNotFound
+	case err != nil:
+		return runState{}, err
+	case r.status.Final():
+		return runState{}, reprise.ErrRunFinished
+	}
+	return r, nil
+}
+
+// dropWork deletes a run's tasks and timers: results of attempts still
+// running then find no task and are rejected, and no timer fires. Unless
+// keepFailed (the run failed, and may be redriven), the failed steps kept
+// for a redrive go too.
+func (tx *txn) dropWork(runID string, keepFailed bool) error {
+	if _, err := tx.exec(`DELETE FROM tasks WHERE run_id = ?`, runID); err != nil {
+		return err
+	}
+	if _, err := tx.exec(`DELETE FROM timers WHERE run_id = ?`, runID); err != nil {
+		return err
+	}
+	if keepFailed {
+		return nil
+	}
+	_, err := tx.exec(`DELETE FROM failed_steps WHERE run_id = ?`, runID)
+	return err
+}

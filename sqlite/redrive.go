@@ -1,0 +1,111 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"reprise"
+)
+
+// RunRedrive reopens a failed run whose current execution's last step
+// outcome is a StepFailed: the step's task, kept in failed_steps when it
+// failed, is ready again with a fresh budget (Base = the attempts made).
+func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*reprise.Run, error) {
+	var run *reprise.Run
+	err := s.write(ctx, func(tx *txn) error {
+		var status string
+		var execution int
+		var last int64
+		err := tx.queryRow(`SELECT status, execution, `+lastSeq+` FROM runs WHERE id = ?1`, p.ID).
+			Scan(&status, &execution, &last)
+		if errors.Is(err, sql.ErrNoRows) {
+			return reprise.ErrNotFound
+		}
+		if err != nil {
+			return err
+		}
+		if reprise.RunStatus(status) != reprise.RunFailed {
+			return reprise.ErrNotRedrivable
+		}
+		var typ string
+		var body []byte
+		err = tx.queryRow(`
+			SELECT type, body FROM events
+			WHERE run_id = ? AND execution = ? AND type IN ('StepCompleted', 'StepFailed')
+			ORDER BY seq DESC LIMIT 1`, p.ID, execution).Scan(&typ, &body)
+		if errors.Is(err, sql.ErrNoRows) || err == nil && typ != string(reprise.EventStepFailed) {
+			return reprise.ErrNotRedrivable
+		}
+		if err != nil {
+			return err
+		}
+		var failed reprise.Event
+		if err := json.Unmarshal(body, &failed); err != nil {
+			return fmt.Errorf("decode StepFailed: %w", err)
+		}
+		n, err := tx.exec(`
+			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout,
+				attempt, base, ready_at)
+			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, ?
+			FROM failed_steps WHERE run_id = ? AND execution = ? AND position = ?`,
+			tx.nanos, p.ID, execution, failed.Position)
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			// The step failed before the store kept failed steps.
+			return reprise.ErrNotRedrivable
+		}
+		_, err = tx.exec(`DELETE FROM failed_steps WHERE run_id = ? AND execution = ? AND position = ?`,
+			p.ID, execution, failed.Position)
+		if err != nil {
+			return err
+		}
+		_, err = tx.exec(`
+			UPDATE runs SET status = 'running', output = NULL, error = NULL, owner = '', lease_until = 0
+			WHERE id = ?`, p.ID)
+		if err != nil {
+			return err
+		}
+		redriven := []reprise.Event{{
+			Type: reprise.EventRunRedriven, Execution: execution, Position: failed.Position, Step: failed.Step, Reason: p.By,
+		}}
+		if err := tx.appendEvents(p.ID, last, redriven, nil); err != nil {
+			return err
+		}
+		run, err = getRun(tx, p.ID)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redrive run %s: %w", p.ID, err)
+	}
+	return run, nil
+}
+
+// SignalSend appends SignalReceived to an active run's current execution.
+func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*reprise.Outcome, error) {
+	body, err := encodeEvent(reprise.Event{Type: reprise.EventSignalReceived, Step: p.Name, Input: p.Payload})
+	if err != nil {
+		return nil, fmt.Errorf("signal run %s: %w", p.RunID, err)
+	}
+	var out *reprise.Outcome
+	err = s.write(ctx, func(tx *txn) error {
+		r, err := tx.activeRun(p.RunID)
+		if err != nil {
+			return err
+		}
+		events := []reprise.Event{{Type: reprise.EventSignalReceived, Execution: r.execution, Step: p.Name, Input: p.Payload}}
+		if err := tx.appendEvents(p.RunID, r.last, events, [][]byte{body}); err != nil {
+			return err
+		}
+		out = &reprise.Outcome{RunID: p.RunID, Owner: r.owner, Events: events}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("signal run %s: %w", p.RunID, err)
+	}
+	return out, nil
+}
