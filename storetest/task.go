@@ -695,6 +695,59 @@ func testTaskFail(t *testing.T, open Open) {
 		f.claimNone("charge")
 	})
 
+	t.Run("LapsesCountExpiredLeasesInARow", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		// lapse lets the lease lapse, has the reaper retry, and claims again.
+		lapse := func(task *reprise.Task) *reprise.Task {
+			t.Helper()
+			f.clock.Advance(minute)
+			p := retryParams(task, 0)
+			p.Expired = true
+			if _, err := f.store.TaskFail(t.Context(), p); err != nil {
+				t.Fatalf("TaskFail(Expired): %v", err)
+			}
+			return f.claimOne("charge")
+		}
+		lapses := func(task *reprise.Task, want int) {
+			t.Helper()
+			if task.Lapses != want {
+				t.Fatalf("claimed Lapses = %d, want %d", task.Lapses, want)
+			}
+			for _, where := range []string{"TaskGet", "TaskListExpired"} {
+				var got *reprise.Task
+				if where == "TaskGet" {
+					got, _ = f.store.TaskGet(t.Context(), task.ID)
+				} else {
+					f.clock.Advance(minute)
+					expired, _ := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+					f.clock.Advance(-minute)
+					if len(expired) == 1 {
+						got = expired[0]
+					}
+				}
+				if got == nil || got.Lapses != want || got.Base != 0 {
+					t.Fatalf("%s = %+v, want Lapses %d", where, got, want)
+				}
+			}
+		}
+		task := f.claimOne("charge")
+		lapses(task, 0)
+		task = lapse(task)
+		lapses(task, 1)
+		task = lapse(task)
+		lapses(task, 2)
+		// Any other result resets the count.
+		f.retry(task, 0)
+		task = f.claimOne("charge")
+		lapses(task, 0)
+		task = lapse(task)
+		lapses(task, 1)
+		f.complete(task)
+	})
+
 	t.Run("StaleTokenIsLeaseLost", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)

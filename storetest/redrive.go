@@ -1,0 +1,157 @@
+package storetest
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"reprise"
+)
+
+// failAttempt fails the task's attempt for good.
+func (f *fixture) failAttempt(task *reprise.Task) {
+	f.t.Helper()
+	_, err := f.store.TaskFail(f.t.Context(), &reprise.TaskFailParams{
+		TaskID: task.ID, Token: task.Token, Error: reprise.ErrorInfo{Type: "Declined", Message: "card declined"},
+		Rule: "[retry: 1]", Reason: "exhausted",
+	})
+	if err != nil {
+		f.t.Fatalf("TaskFail(%d): %v", task.ID, err)
+	}
+}
+
+// failRun finishes the run as failed.
+func (f *fixture) failRun(lease reprise.RunLease) {
+	f.t.Helper()
+	f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
+		Status: reprise.RunFailed, Error: &reprise.ErrorInfo{Type: "StepFailed", Message: "charge failed"},
+	}})
+}
+
+func testRedrive(t *testing.T, open Open) {
+	redrive := func(f *fixture, id string) (*reprise.Run, error) {
+		return f.store.RunRedrive(f.t.Context(), &reprise.RunRedriveParams{ID: id, By: "operator"})
+	}
+
+	t.Run("MakesTheFailedStepReadyWithAFreshBudget", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		s := withTimeout(newStep(1, "charge"), time.Hour)
+		lease := f.schedule("run-1", s, newStep(2, "ship"))
+		f.complete(f.claimOne("ship"))
+		f.retry(f.claimOne("charge"), 0)
+		f.failAttempt(f.claimOne("charge"))
+		f.failRun(lease)
+		f.clock.Advance(time.Second)
+		now := f.now()
+
+		run, err := redrive(f, "run-1")
+		if err != nil {
+			t.Fatalf("RunRedrive: %v", err)
+		}
+		if run.Status != reprise.RunRunning || run.Error != nil || run.Output != nil {
+			t.Fatalf("redriven run = %+v, want running without an error", run)
+		}
+		requireTime(t, "UpdatedAt", run.UpdatedAt, now)
+		requireEvents(t, f.last("run-1", 1), []reprise.Event{{
+			Seq: 12, Type: reprise.EventRunRedriven, At: now, Execution: 1, Position: 1, Step: "charge", Reason: "operator",
+		}})
+		// Nobody holds the run: it waits for any engine.
+		if got := f.runClaim(engine2, 10); len(got) != 1 || got[0].Run.ID != "run-1" {
+			t.Fatalf("RunClaim = %v, want run-1", leaseIDs(got))
+		}
+
+		task := f.claimOne("charge")
+		if task.Position != 1 || task.Execution != 1 || task.IdempotencyKey != s.IdempotencyKey || task.Timeout != time.Hour ||
+			task.Attempt != 3 || task.Base != 2 || task.Lapses != 0 {
+			t.Fatalf("redriven task = %+v, want attempt 3 over base 2", task)
+		}
+		requireJSON(t, "Input", task.Input, s.Input)
+		requireJSON(t, "Policy", task.Policy, s.Policy)
+		if e := f.last("run-1", 1)[0]; e.Type != reprise.EventAttemptStarted || e.Attempt != 3 {
+			t.Fatalf("last event = %s, want AttemptStarted of attempt 3", dump([]reprise.Event{e}))
+		}
+		f.complete(task)
+	})
+
+	t.Run("NotRedrivable", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		_, err := redrive(f, "missing")
+		requireErr(t, err, reprise.ErrNotFound)
+
+		// Active, completed, and failed without a failed step.
+		f.schedule("active", newStep(1, "charge"))
+		f.failAttempt(f.claimOne("charge"))
+		completed := f.create("completed")
+		f.advance(completed, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.failRun(f.create("failed"))
+		// Failed after a later step completed.
+		later := f.schedule("later", newStep(1, "email"), newStep(2, "sms"))
+		f.failAttempt(f.claimOne("email"))
+		f.complete(f.claimOne("sms"))
+		f.failRun(later)
+		// Failed in an execution after the one whose step failed.
+		moved := f.schedule("moved", newStep(1, "fax"))
+		f.failAttempt(f.claimOne("fax"))
+		f.advance(moved, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
+		f.failRun(moved)
+
+		for _, id := range []string{"active", "completed", "failed", "later", "moved"} {
+			f.requireChangedNothing(id, reprise.ErrNotRedrivable, func() error {
+				_, err := redrive(f, id)
+				return err
+			})
+		}
+		f.claimNone("charge")
+		f.claimNone("email")
+		f.claimNone("fax")
+	})
+}
+
+func testSignals(t *testing.T, open Open) {
+	t.Run("AppendsToTheCurrentExecution", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
+		f.clock.Advance(time.Second)
+		payload := json.RawMessage(`{"approved":true}`)
+		out, err := f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "run-1", Name: "approve", Payload: payload})
+		if err != nil {
+			t.Fatalf("SignalSend: %v", err)
+		}
+		want := []reprise.Event{{Seq: 4, Type: reprise.EventSignalReceived, At: f.now(), Execution: 2, Step: "approve", Input: payload}}
+		if out.RunID != "run-1" || out.Owner != engine {
+			t.Fatalf("Outcome = %+v, want run-1 owned by %s", out, engine)
+		}
+		requireEvents(t, out.Events, want)
+		requireEvents(t, f.last("run-1", 1), want)
+
+		// A pending run nobody holds takes signals too.
+		if _, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "free", Workflow: "order"}); err != nil {
+			t.Fatalf("RunCreate: %v", err)
+		}
+		out, err = f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "free", Name: "go"})
+		if err != nil || out.Owner != "" || len(out.Events) != 1 || out.Events[0].Seq != 2 {
+			t.Fatalf("SignalSend = %+v, %v; want SignalReceived at seq 2, no owner", out, err)
+		}
+	})
+
+	t.Run("FinishedOrMissingRun", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		_, err := f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "missing", Name: "approve"})
+		requireErr(t, err, reprise.ErrNotFound)
+		lease := f.create("run-1")
+		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.requireChangedNothing("run-1", reprise.ErrRunFinished, func() error {
+			_, err := f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "run-1", Name: "approve"})
+			return err
+		})
+	})
+}
