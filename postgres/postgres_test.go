@@ -159,7 +159,7 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	clock.Add(time.Second)
-	events, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+	adv, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{
 		RunID: "r1", Token: lease.Token,
 		Steps: []reprise.StepSpec{{
 			Position: 1, Name: "charge", Input: json.RawMessage(`"x"`), IdempotencyKey: "k1",
@@ -170,6 +170,7 @@ func TestLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	events := adv.Events
 	if got := types(events); got != "StepScheduled TimerScheduled" {
 		t.Fatalf("advance events = %s", got)
 	}

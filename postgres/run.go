@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"reprise"
 )
 
 // runColumns are the columns scanRun reads, in order.
-const runColumns = `id, workflow, status, input, output, error, execution, created_at, updated_at`
+const runColumns = `id, workflow, status, input, output, error, execution, parent_id, created_at, updated_at`
 
 // scanRun reads runColumns and then extra.
 func scanRun(row pgx.Row, extra ...any) (*reprise.Run, error) {
@@ -25,7 +26,7 @@ func scanRun(row pgx.Row, extra ...any) (*reprise.Run, error) {
 		input, outpt []byte
 		errInfo      []byte
 	)
-	dest := append([]any{&r.ID, &r.Workflow, &status, &input, &outpt, &errInfo, &r.Execution, &r.CreatedAt, &r.UpdatedAt}, extra...)
+	dest := append([]any{&r.ID, &r.Workflow, &status, &input, &outpt, &errInfo, &r.Execution, &r.ParentID, &r.CreatedAt, &r.UpdatedAt}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -65,13 +66,15 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 	err := s.tx(ctx, func(tx *txn) error {
 		created = false // tx may run this again
 		run, err := scanRun(tx.QueryRow(ctx, `
-			INSERT INTO reprise_run (id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at)
+			INSERT INTO reprise_run (id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at,
+				parent_id, parent_position, parent_execution)
 			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,
-				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now
+				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now, $7, $8, $9
 			FROM (SELECT coalesce($1::timestamptz, now()) AS now) c
 			ON CONFLICT (id) DO NOTHING
 			RETURNING `+runColumns+`, token`,
-			s.clock(), p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL), &lease.Token)
+			s.clock(), p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL,
+			p.ParentID, p.ParentPosition, p.ParentExecution), &lease.Token)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The id exists: return that run as it is.
 			run, err = scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, p.ID))
@@ -90,6 +93,10 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		// The row already says last_seq 1, for RunStarted.
 		b := &tx.writes
 		a.queueEvents(b)
+		if p.ParentID != "" {
+			// Ending the parent looks for children to cancel.
+			b.Queue(`UPDATE reprise_run SET has_children = true WHERE id = $1 AND NOT has_children`, p.ParentID)
+		}
 		if p.Owner == "" {
 			tx.out.add(Notice{Kind: NoticeRunReady, RunID: run.ID, Workflow: run.Workflow})
 		}
@@ -113,6 +120,16 @@ func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
 		return nil, fmt.Errorf("get run %q: %w", id, err)
 	}
 	return run, nil
+}
+
+// queueRun adds to b the read of run id as the writes before it leave it,
+// into *run.
+func queueRun(b *pgx.Batch, id string, run **reprise.Run) {
+	b.Queue(`SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+		var err error
+		*run, err = scanRun(row)
+		return err
+	})
 }
 
 // RunList lists runs newest first, filtered and paged by p.
@@ -215,8 +232,28 @@ func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 	if p.Owner == "" {
 		return errors.New("renew run leases: owner is required")
 	}
-	// Rows are locked in id order, so that two renewals never deadlock.
-	tag, err := s.pool.Exec(ctx, `
+	// Rows are locked in id order, so that two renewals never deadlock;
+	// one that deadlocks with the end of a parent run is tried again.
+	var (
+		tag pgconn.CommandTag
+		err error
+	)
+	for try := 1; try == 1 || (try <= 3 && rolledBack(err)); try++ {
+		tag, err = s.renew(ctx, p)
+	}
+	if err != nil {
+		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+	}
+	if p.LeaseTTL <= 0 && tag.RowsAffected() > 0 {
+		// Released runs wait for another engine to claim them.
+		s.publish(outbox{{Kind: NoticeRunReady}})
+	}
+	return nil
+}
+
+// renew is one try of RunRenew's statement.
+func (s *Store) renew(ctx context.Context, p *reprise.RunRenewParams) (pgconn.CommandTag, error) {
+	return s.pool.Exec(ctx, `
 		WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
 		held AS (
 			SELECT id AS held_id FROM reprise_run
@@ -228,228 +265,114 @@ func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 		FROM held, c
 		WHERE r.id = held.held_id`,
 		s.clock(), p.Owner, p.LeaseTTL)
-	if err != nil {
-		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
-	}
-	if p.LeaseTTL <= 0 && tag.RowsAffected() > 0 {
-		// Released runs wait for another engine to claim them.
-		s.publish(outbox{{Kind: NoticeRunReady}})
-	}
-	return nil
 }
 
-// lockRun locks a run's row for appending to its history, and returns its
-// head, token, status and the store's time.
-func lockRun(ctx context.Context, tx *txn, clock any, id string) (h *runHead, token int64, status reprise.RunStatus, now time.Time, err error) {
-	h = &runHead{id: id}
+// A lockedRun is a run's row, read under its lock: what appending to its
+// history, checking its lease and ending it need.
+type lockedRun struct {
+	*runHead
+	token           int64
+	status          reprise.RunStatus
+	workflow        string
+	parentID        string
+	parentPosition  int
+	parentExecution int
+	hasChildren     bool
+}
+
+// lockedColumns are the columns scanLocked reads, in order.
+const lockedColumns = `id, workflow, execution, last_seq, updated_at, owner, token, status,
+	parent_id, parent_position, parent_execution, has_children`
+
+// scanLocked reads lockedColumns and then extra.
+func scanLocked(row pgx.Row, extra ...any) (*lockedRun, error) {
+	r := &lockedRun{runHead: &runHead{}}
 	var st string
-	err = tx.QueryRow(ctx, `
-		SELECT execution, last_seq, updated_at, owner, token, status, coalesce($1::timestamptz, now())
-		FROM reprise_run WHERE id = $2 FOR UPDATE`,
-		clock, id).Scan(&h.execution, &h.lastSeq, &h.updatedAt, &h.owner, &token, &st, &now)
-	if errors.Is(err, pgx.ErrNoRows) {
-		err = reprise.ErrNotFound
+	dest := append([]any{&r.id, &r.workflow, &r.execution, &r.lastSeq, &r.updatedAt, &r.owner, &r.token, &st,
+		&r.parentID, &r.parentPosition, &r.parentExecution, &r.hasChildren}, extra...)
+	if err := row.Scan(dest...); err != nil {
+		return nil, err
 	}
-	return h, token, reprise.RunStatus(st), now.UTC(), err
+	r.status = reprise.RunStatus(st)
+	return r, nil
 }
 
-// RunAdvance records the steps and timers a workflow scheduled, in position
-// order, and its end when p.Finish is set.
-func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) ([]reprise.Event, error) {
-	if p.Finish != nil && !p.Finish.Status.Final() {
-		return nil, fmt.Errorf("advance run %q: finish with status %q: not an end state", p.RunID, p.Finish.Status)
-	}
-	var events []reprise.Event
-	err := s.tx(ctx, func(tx *txn) error {
-		h, token, status, now, err := lockRun(ctx, tx, s.clock(), p.RunID)
-		if err != nil {
-			return err
-		}
-		if status.Final() {
-			return reprise.ErrRunFinished
-		}
-		if token != p.Token {
-			return reprise.ErrLeaseLost
-		}
-		a := newAppender(now)
-		b := &tx.writes
-		if err := schedule(a, b, &tx.out, h, p.Steps, p.Timers, p.Finish != nil); err != nil {
-			return err
-		}
-		if p.Finish == nil {
-			b.Queue(`UPDATE reprise_run SET status = 'running', last_seq = $2, updated_at = $3 WHERE id = $1`,
-				h.id, h.lastSeq, h.updatedAt)
-		} else if err := h.finish(a, b, p.Finish); err != nil {
-			return err
-		}
-		a.queueEvents(b)
-		if p.Finish != nil && h.owner != "" {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
-		}
-		events = a.events
-		return nil
-	})
+// active reports whether the run is pending or running.
+func (r *lockedRun) active() bool { return !r.status.Final() }
+
+// lockRun locks a run's row for appending to its history and returns it
+// with the store's time; a missing run is ErrNotFound. withParent also
+// locks the run's parent, if it has one, and first: a transaction that
+// locks several runs takes ancestors before descendants, so that the end
+// of a child (which writes to its parent) and the end of its parent (which
+// cancels the child) wait for each other instead of deadlocking.
+func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
+	rows, err := tx.Query(ctx, `
+		SELECT `+lockedColumns+`, coalesce($1::timestamptz, now()) FROM reprise_run
+		WHERE id = ANY(ARRAY[$2, CASE WHEN $3 THEN (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2) END])
+		ORDER BY id = $2
+		FOR UPDATE`,
+		clock, id, withParent)
 	if err != nil {
-		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
+		return nil, nil, now, err
 	}
-	return events, nil
+	locked, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*lockedRun, error) { return scanLocked(row, &now) })
+	if err != nil {
+		return nil, nil, now, err
+	}
+	for _, r := range locked {
+		if r.id == id {
+			run = r
+		} else {
+			parent = r
+		}
+	}
+	if run == nil {
+		return nil, nil, now, reprise.ErrNotFound
+	}
+	return run, parent, now.UTC(), nil
 }
 
-// schedule appends StepScheduled and TimerScheduled in position order and
-// queues the tasks and timers they start, unless the run finishes in the
-// same advance: then they are only recorded.
-func schedule(a *appender, b *pgx.Batch, out *outbox, h *runHead, steps []reprise.StepSpec, timers []reprise.TimerSpec, finishing bool) error {
-	type item struct {
-		step  *reprise.StepSpec
-		timer *reprise.TimerSpec
-	}
-	items := make([]item, 0, len(steps)+len(timers))
-	for i := range steps {
-		items = append(items, item{step: &steps[i]})
-	}
-	for i := range timers {
-		items = append(items, item{timer: &timers[i]})
-	}
-	pos := func(it item) int {
-		if it.step != nil {
-			return it.step.Position
-		}
-		return it.timer.Position
-	}
-	slices.SortStableFunc(items, func(x, y item) int { return pos(x) - pos(y) })
-
+// lockDescendants locks the active runs below root (its children, theirs,
+// and so on), level by level. Each level is read after the one above is
+// locked, so it sees every child those runs created: a run creates children
+// only under its own lock.
+func lockDescendants(ctx context.Context, tx *txn, root *lockedRun) ([]*lockedRun, error) {
 	var (
-		tPos                         []int32
-		tStep, tInput, tKey, tPolicy []*string
-		tTimeout                     []time.Duration
-		mPos                         []int32
-		mFire                        []time.Time
-		notified                     = map[string]bool{}
+		below []*lockedRun
+		seen  = map[string]bool{root.id: true}
+		level = []*lockedRun{root}
 	)
-	for _, it := range items {
-		if st := it.step; st != nil {
-			err := a.add(h, reprise.Event{
-				Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name, Input: st.Input,
-				Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey,
-			})
-			if err != nil {
-				return err
+	for {
+		var parents []string
+		for _, r := range level {
+			if r.hasChildren {
+				parents = append(parents, r.id)
 			}
-			name, key := st.Name, st.IdempotencyKey
-			tPos = append(tPos, int32(st.Position))
-			tStep = append(tStep, &name)
-			tInput = append(tInput, jsonText(st.Input))
-			tKey = append(tKey, &key)
-			tPolicy = append(tPolicy, jsonText(st.Policy))
-			tTimeout = append(tTimeout, st.Timeout)
-			if !finishing && !notified[name] {
-				notified[name] = true
-				out.add(Notice{Kind: NoticeTaskReady, Step: name, At: a.now})
+		}
+		if len(parents) == 0 {
+			return below, nil
+		}
+		rows, err := tx.Query(ctx, `
+			SELECT `+lockedColumns+` FROM reprise_run
+			WHERE parent_id = ANY($1) AND parent_id <> '' AND status IN ('pending', 'running')
+			ORDER BY id
+			FOR UPDATE`,
+			parents)
+		if err != nil {
+			return nil, fmt.Errorf("lock child runs: %w", err)
+		}
+		next, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*lockedRun, error) { return scanLocked(row) })
+		if err != nil {
+			return nil, fmt.Errorf("lock child runs: %w", err)
+		}
+		level = level[:0]
+		for _, r := range next {
+			if !seen[r.id] { // a run made its own ancestor through RunCreate
+				seen[r.id] = true
+				level = append(level, r)
+				below = append(below, r)
 			}
-			continue
 		}
-		tm := it.timer
-		fire := a.now.Add(tm.Delay).Truncate(time.Microsecond)
-		err := a.add(h, reprise.Event{Type: reprise.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay, FireAt: fire})
-		if err != nil {
-			return err
-		}
-		mPos = append(mPos, int32(tm.Position))
-		mFire = append(mFire, fire)
 	}
-	if finishing {
-		return nil
-	}
-	if len(tPos) > 0 {
-		b.Queue(`
-			INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at, created_at)
-			SELECT $1, $2, position, step, input::json, key, policy::json, timeout, $3, $3
-			FROM unnest($4::int[], $5::text[], $6::text[], $7::text[], $8::text[], $9::interval[])
-				AS t(position, step, input, key, policy, timeout)`,
-			h.id, h.execution, a.now, tPos, tStep, tInput, tKey, tPolicy, tTimeout)
-	}
-	if len(mPos) > 0 {
-		b.Queue(`
-			INSERT INTO reprise_timer (run_id, execution, position, fire_at)
-			SELECT $1, $2, position, fire_at FROM unnest($3::int[], $4::timestamptz[]) AS t(position, fire_at)`,
-			h.id, h.execution, mPos, mFire)
-	}
-	return nil
-}
-
-// jsonText returns b for a text[] element cast to json: nil for NULL.
-func jsonText(b json.RawMessage) *string {
-	if len(b) == 0 {
-		return nil
-	}
-	s := string(b)
-	return &s
-}
-
-// finish appends the run's end event and queues its end.
-func (h *runHead) finish(a *appender, b *pgx.Batch, f *reprise.RunFinish) error {
-	e := reprise.Event{Type: reprise.EventRunCancelled, Error: f.Error}
-	switch f.Status {
-	case reprise.RunCompleted:
-		e = reprise.Event{Type: reprise.EventRunCompleted, Output: f.Output}
-	case reprise.RunFailed:
-		e = reprise.Event{Type: reprise.EventRunFailed, Error: f.Error}
-	}
-	if err := a.add(h, e); err != nil {
-		return err
-	}
-	return h.end(b, f.Status, f.Output, f.Error)
-}
-
-// end queues the update that ends the run and the removal of its tasks and
-// timers, so that results of running attempts are rejected.
-func (h *runHead) end(b *pgx.Batch, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) error {
-	encErr, err := encodeError(errInfo)
-	if err != nil {
-		return err
-	}
-	b.Queue(`
-		UPDATE reprise_run SET status = $2, output = $3::json, error = $4::json, owner = '', lease_until = NULL,
-			last_seq = $5, updated_at = $6
-		WHERE id = $1`,
-		h.id, string(status), nullJSON(output), encErr, h.lastSeq, h.updatedAt)
-	b.Queue(`DELETE FROM reprise_task WHERE run_id = $1`, h.id)
-	b.Queue(`DELETE FROM reprise_timer WHERE run_id = $1`, h.id)
-	return nil
-}
-
-// RunCancel cancels an active run: appends RunCancelled, ends the run and
-// drops its tasks and timers.
-func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
-	var run *reprise.Run
-	err := s.tx(ctx, func(tx *txn) error {
-		h, _, status, now, err := lockRun(ctx, tx, s.clock(), p.ID)
-		if err != nil {
-			return err
-		}
-		if status.Final() {
-			return reprise.ErrRunFinished
-		}
-		a := newAppender(now)
-		if err := a.add(h, reprise.Event{Type: reprise.EventRunCancelled, Reason: p.Reason}); err != nil {
-			return err
-		}
-		b := &tx.writes
-		if err := h.end(b, reprise.RunCancelled, nil, nil); err != nil {
-			return err
-		}
-		a.queueEvents(b)
-		if h.owner != "" {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
-		}
-		b.Queue(`SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, h.id).QueryRow(func(row pgx.Row) error {
-			run, err = scanRun(row)
-			return err
-		})
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cancel run %q: %w", p.ID, err)
-	}
-	return run, nil
 }

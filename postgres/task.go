@@ -15,7 +15,7 @@ import (
 
 // taskColumns are the columns scanTask reads, in order.
 const taskColumns = `id, run_id, execution, position, step, input, idempotency_key, policy, timeout,
-	attempt, token, lease_until, started_at, first_started_at`
+	attempt, token, lease_until, started_at, first_started_at, base, lapses`
 
 // scanTask reads taskColumns and then extra.
 func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
@@ -25,7 +25,7 @@ func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
 		lease, started, firstStarted *time.Time
 	)
 	dest := append([]any{&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey, &policy, &t.Timeout,
-		&t.Attempt, &t.Token, &lease, &started, &firstStarted}, extra...)
+		&t.Attempt, &t.Token, &lease, &started, &firstStarted, &t.Base, &t.Lapses}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -277,8 +277,13 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			if err := a.add(t.run, failed); err != nil {
 				return err
 			}
-			b.Queue(`UPDATE reprise_task SET owner = '', lease_until = NULL, ready_at = $2 WHERE id = $1`,
-				t.id, failed.RetryAt)
+			// A lease that lapsed counts towards poison; any other result
+			// ends the streak.
+			b.Queue(`
+				UPDATE reprise_task SET owner = '', lease_until = NULL, ready_at = $2,
+					lapses = CASE WHEN $3 THEN lapses + 1 ELSE 0 END
+				WHERE id = $1`,
+				t.id, failed.RetryAt, p.Expired)
 			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
 		} else {
 			failed.Reason = p.Reason
@@ -292,7 +297,17 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			if err != nil {
 				return err
 			}
-			b.Queue(`DELETE FROM reprise_task WHERE id = $1`, t.id)
+			// The task moves aside, as it was scheduled, for RunRedrive.
+			b.Queue(`
+				WITH failed AS (DELETE FROM reprise_task WHERE id = $1 RETURNING *)
+				INSERT INTO reprise_step_failed (run_id, execution, position, step, input, idempotency_key, policy,
+					timeout, attempt, seq)
+				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, $2
+				FROM failed
+				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
+					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
+					attempt = excluded.attempt, seq = excluded.seq`,
+				t.id, t.run.lastSeq)
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
 		}
 		a.queue(b)

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -27,8 +28,9 @@ type txn struct {
 // is rolled back and nothing is published.
 //
 // When the connection breaks before COMMIT is sent (a server restart, a
-// pooled connection that died while idle), nothing was committed, so tx
-// runs fn again on another connection, up to three times in all. A break
+// pooled connection that died while idle), or the server rolls the
+// transaction back to break a deadlock, nothing was committed, so tx runs
+// fn again, up to three times in all. A break
 // after COMMIT was sent is returned as it is: the transition may or may not
 // have committed, which the caller learns from the run's state.
 func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
@@ -57,12 +59,22 @@ func (s *Store) try(ctx context.Context, fn func(*txn) error) (retry bool, err e
 		}
 		t.writes.Queue("COMMIT")
 		if err = conn.SendBatch(ctx, &t.writes).Close(); err != nil {
-			return pgconn.SafeToRetry(err), s.abort(ctx, conn, err)
+			return pgconn.SafeToRetry(err) || rolledBack(err), s.abort(ctx, conn, err)
 		}
 		s.publish(t.out)
 		return false, nil
 	}
-	return conn.Conn().IsClosed(), s.abort(ctx, conn, err)
+	return conn.Conn().IsClosed() || rolledBack(err), s.abort(ctx, conn, err)
+}
+
+// rolledBack reports whether err is the server aborting the transaction
+// to break a deadlock (or a serialization failure): nothing was committed,
+// and running it again will likely succeed. A deadlock can form between a
+// transaction that locks a parent run and then its children (ending a run)
+// and RunRenew, which locks an owner's runs in id order.
+func rolledBack(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
 }
 
 // abort rolls back the transaction conn is in, if it is in one, and

@@ -1,0 +1,471 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"reprise"
+)
+
+// RunAdvance records what a workflow did since its last advance: the steps,
+// timers, version markers and child runs it started, in position order,
+// the steps it no longer waits for, and its end or its continuation as a
+// new execution when p.Finish is set.
+func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+	if err := checkAdvance(p); err != nil {
+		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
+	}
+	ending := p.Finish != nil && !p.Finish.ContinueAsNew
+	var adv *reprise.Advanced
+	err := s.tx(ctx, func(tx *txn) error {
+		run, parent, now, err := lockRun(ctx, tx, s.clock(), p.RunID, ending)
+		if err != nil {
+			return err
+		}
+		if run.status.Final() {
+			return reprise.ErrRunFinished
+		}
+		if run.token != p.Token {
+			return reprise.ErrLeaseLost
+		}
+		dropped, err := dropCancelled(ctx, tx, run, p.Cancels)
+		if err != nil {
+			return err
+		}
+		var below []*lockedRun
+		if p.Finish != nil {
+			if below, err = lockDescendants(ctx, tx, run); err != nil {
+				return err
+			}
+		}
+
+		a := newAppender(now)
+		b := &tx.writes
+		sc := &scheduler{a: a, b: b, out: &tx.out, run: run, p: p, starts: p.Finish == nil, dropped: dropped}
+		if err := sc.schedule(); err != nil {
+			return err
+		}
+		if err := sc.cancel(); err != nil {
+			return err
+		}
+		adv = &reprise.Advanced{Tasks: sc.leased}
+		switch {
+		case p.Finish == nil:
+			if run.status == reprise.RunPending || sc.children {
+				b.Queue(`UPDATE reprise_run SET status = 'running', has_children = has_children OR $2 WHERE id = $1`,
+					run.id, sc.children)
+			}
+		case p.Finish.ContinueAsNew:
+			if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
+				return err
+			}
+			if err := continueAsNew(a, b, run, p.Finish.Input); err != nil {
+				return err
+			}
+		default:
+			if err := finish(a, b, run, p.Finish); err != nil {
+				return err
+			}
+			if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
+				return err
+			}
+			if adv.Parent, err = reportToParent(a, &tx.out, run, parent, p.Finish.Status, p.Finish.Output, p.Finish.Error); err != nil {
+				return err
+			}
+			if run.owner != "" {
+				tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner})
+			}
+		}
+		a.queue(b)
+		adv.Events = a.eventsOf(run.runHead)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
+	}
+	return adv, nil
+}
+
+// checkAdvance validates p before any transaction.
+func checkAdvance(p *reprise.RunAdvanceParams) error {
+	var errs []error
+	if f := p.Finish; f != nil && !f.ContinueAsNew && !f.Status.Final() {
+		errs = append(errs, fmt.Errorf("finish with status %q: not an end state", f.Status))
+	}
+	if (p.LeaseOwner == "" || p.LeaseTTL <= 0) && slices.ContainsFunc(p.Steps, func(st reprise.StepSpec) bool { return st.Lease }) {
+		errs = append(errs, errors.New("a step to lease at once needs a lease owner and a lease TTL"))
+	}
+	for _, c := range p.Children {
+		if c.ID == "" || c.Workflow == "" {
+			errs = append(errs, fmt.Errorf("child at position %d: id and workflow are required", c.Position))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// dropCancelled deletes the run's tasks at the positions of cancels, in
+// its current execution, and returns the step names of those it found by
+// position. The timers at those positions are deleted with the writes.
+func dropCancelled(ctx context.Context, tx *txn, run *lockedRun, cancels []int) (map[int]string, error) {
+	if len(cancels) == 0 {
+		return nil, nil
+	}
+	rows, err := tx.Query(ctx, `
+		DELETE FROM reprise_task WHERE run_id = $1 AND execution = $2 AND position = ANY($3)
+		RETURNING position, step`,
+		run.id, run.execution, int32s(cancels))
+	if err != nil {
+		return nil, fmt.Errorf("drop cancelled steps: %w", err)
+	}
+	dropped := map[int]string{}
+	var (
+		pos  int
+		step string
+	)
+	_, err = pgx.ForEachRow(rows, []any{&pos, &step}, func() error {
+		dropped[pos] = step
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("drop cancelled steps: %w", err)
+	}
+	tx.writes.Queue(`DELETE FROM reprise_timer WHERE run_id = $1 AND execution = $2 AND position = ANY($3)`,
+		run.id, run.execution, int32s(cancels))
+	return dropped, nil
+}
+
+func int32s(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, n := range v {
+		out[i] = int32(n)
+	}
+	return out
+}
+
+// A scheduler appends what one advance started and queues the rows that
+// start it.
+type scheduler struct {
+	a   *appender
+	b   *pgx.Batch
+	out *outbox
+	run *lockedRun
+	p   *reprise.RunAdvanceParams
+	// starts is false when the execution ends in the same advance: its
+	// steps and timers are then only recorded, and its children are
+	// created cancelled.
+	starts bool
+	// dropped are the tasks the advance's cancels deleted, by position.
+	dropped map[int]string
+
+	leased   []*reprise.Task
+	children bool // child runs were created
+}
+
+// schedule appends StepScheduled (and AttemptStarted for a step leased at
+// once), TimerScheduled, VersionMarker and ChildStarted in position order,
+// and queues the tasks, timers and child runs they start.
+func (sc *scheduler) schedule() error {
+	p := sc.p
+	type item struct {
+		pos    int
+		step   *reprise.StepSpec
+		timer  *reprise.TimerSpec
+		marker *reprise.MarkerSpec
+		child  *reprise.ChildSpec
+	}
+	items := make([]item, 0, len(p.Steps)+len(p.Timers)+len(p.Markers)+len(p.Children))
+	for i := range p.Steps {
+		items = append(items, item{pos: p.Steps[i].Position, step: &p.Steps[i]})
+	}
+	for i := range p.Timers {
+		items = append(items, item{pos: p.Timers[i].Position, timer: &p.Timers[i]})
+	}
+	for i := range p.Markers {
+		items = append(items, item{pos: p.Markers[i].Position, marker: &p.Markers[i]})
+	}
+	for i := range p.Children {
+		items = append(items, item{pos: p.Children[i].Position, child: &p.Children[i]})
+	}
+	slices.SortStableFunc(items, func(x, y item) int { return x.pos - y.pos })
+
+	cancelled := map[int]bool{}
+	for _, pos := range p.Cancels {
+		cancelled[pos] = true
+	}
+	var (
+		tasks    taskRows
+		timers   timerRows
+		kids     childRows
+		notified = map[string]bool{}
+	)
+	a, h := sc.a, sc.run.runHead
+	for _, it := range items {
+		var err error
+		switch {
+		case it.step != nil:
+			st := it.step
+			err = a.add(h, reprise.Event{
+				Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name, Input: st.Input,
+				Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey,
+			})
+			if err != nil || !sc.starts {
+				break
+			}
+			if !st.Lease {
+				if cancelled[st.Position] {
+					break
+				}
+				tasks.add(st, "", time.Time{})
+				if !notified[st.Name] {
+					notified[st.Name] = true
+					sc.out.add(Notice{Kind: NoticeTaskReady, Step: st.Name, At: a.now})
+				}
+				break
+			}
+			ttl := p.LeaseTTL
+			if st.Timeout > 0 && st.Timeout < ttl {
+				ttl = st.Timeout
+			}
+			until := a.now.Add(ttl).Truncate(time.Microsecond)
+			if !cancelled[st.Position] { // else its attempt is cancelled at once
+				tasks.add(st, p.LeaseOwner, until)
+				sc.leased = append(sc.leased, &reprise.Task{
+					RunID: h.id, Execution: h.execution, Position: st.Position, Step: st.Name, Input: st.Input,
+					IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
+					LeaseUntil: until, StartedAt: a.now, FirstStartedAt: a.now,
+				})
+			}
+			err = a.add(h, reprise.Event{
+				Type: reprise.EventAttemptStarted, Position: st.Position, Step: st.Name, Attempt: 1,
+				Worker: p.LeaseOwner, LeaseUntil: until, IdempotencyKey: st.IdempotencyKey,
+			})
+		case it.timer != nil:
+			tm := it.timer
+			fire := a.now.Add(tm.Delay).Truncate(time.Microsecond)
+			err = a.add(h, reprise.Event{Type: reprise.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay, FireAt: fire})
+			if sc.starts && !cancelled[tm.Position] {
+				timers.add(tm.Position, fire)
+			}
+		case it.marker != nil:
+			m := it.marker
+			err = a.add(h, reprise.Event{Type: reprise.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version})
+		default:
+			c := it.child
+			err = a.add(h, reprise.Event{Type: reprise.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input})
+			if err == nil {
+				err = kids.add(c, a.now, !sc.starts)
+			}
+			if sc.starts {
+				sc.out.add(Notice{Kind: NoticeRunReady, RunID: c.ID, Workflow: c.Workflow})
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	tasks.queue(sc.b, h, a.now, sc.leased)
+	timers.queue(sc.b, h)
+	sc.children = kids.queue(sc.b, h, a.now)
+	return nil
+}
+
+// cancel appends StepCancelRequested for each cancelled position whose
+// step had a task: one the cancels dropped, or one this same advance
+// scheduled (and did not leave unstarted because the execution ends).
+func (sc *scheduler) cancel() error {
+	seen := map[int]bool{}
+	for _, pos := range sc.p.Cancels {
+		if seen[pos] {
+			continue
+		}
+		seen[pos] = true
+		step, ok := sc.dropped[pos]
+		if !ok {
+			i := slices.IndexFunc(sc.p.Steps, func(st reprise.StepSpec) bool { return st.Position == pos })
+			if i < 0 || !sc.starts {
+				continue
+			}
+			step = sc.p.Steps[i].Name
+		}
+		if err := sc.a.add(sc.run.runHead, reprise.Event{Type: reprise.EventStepCancelRequested, Position: pos, Step: step}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// taskRows are the tasks an advance inserts, as columns.
+type taskRows struct {
+	pos                      []int32
+	step, input, key, policy []*string
+	timeout                  []time.Duration
+	owner                    []string
+	leaseUntil               []*time.Time
+}
+
+// add adds a task for st, leased to owner until the given time when owner
+// is set.
+func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
+	name, key := st.Name, st.IdempotencyKey
+	r.pos = append(r.pos, int32(st.Position))
+	r.step = append(r.step, &name)
+	r.input = append(r.input, jsonText(st.Input))
+	r.key = append(r.key, &key)
+	r.policy = append(r.policy, jsonText(st.Policy))
+	r.timeout = append(r.timeout, st.Timeout)
+	r.owner = append(r.owner, owner)
+	if owner == "" {
+		r.leaseUntil = append(r.leaseUntil, nil)
+	} else {
+		r.leaseUntil = append(r.leaseUntil, &until)
+	}
+}
+
+// queue inserts the tasks; a leased one starts its first attempt, as a
+// claim would, and its id is set in leased (matched by position).
+func (r *taskRows) queue(b *pgx.Batch, h *runHead, now time.Time, leased []*reprise.Task) {
+	if len(r.pos) == 0 {
+		return
+	}
+	qq := b.Queue(`
+		INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
+			owner, lease_until, attempt, token, started_at, first_started_at, ready_at, created_at)
+		SELECT $1, $2, position, step, input::json, key, policy::json, timeout,
+			owner, lease_until, CASE WHEN owner = '' THEN 0 ELSE 1 END, CASE WHEN owner = '' THEN 0 ELSE 1 END,
+			CASE WHEN owner = '' THEN NULL ELSE $3::timestamptz END, CASE WHEN owner = '' THEN NULL ELSE $3::timestamptz END,
+			$3, $3
+		FROM unnest($4::int[], $5::text[], $6::text[], $7::text[], $8::text[], $9::interval[], $10::text[], $11::timestamptz[])
+			AS t(position, step, input, key, policy, timeout, owner, lease_until)
+		RETURNING id, position`,
+		h.id, h.execution, now, r.pos, r.step, r.input, r.key, r.policy, r.timeout, r.owner, r.leaseUntil)
+	if len(leased) == 0 {
+		return
+	}
+	qq.Query(func(rows pgx.Rows) error {
+		var (
+			id  int64
+			pos int
+		)
+		_, err := pgx.ForEachRow(rows, []any{&id, &pos}, func() error {
+			for _, t := range leased {
+				if t.Position == pos {
+					t.ID = id
+				}
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+// timerRows are the timers an advance inserts, as columns.
+type timerRows struct {
+	pos  []int32
+	fire []time.Time
+}
+
+func (r *timerRows) add(pos int, fire time.Time) {
+	r.pos = append(r.pos, int32(pos))
+	r.fire = append(r.fire, fire)
+}
+
+func (r *timerRows) queue(b *pgx.Batch, h *runHead) {
+	if len(r.pos) == 0 {
+		return
+	}
+	b.Queue(`
+		INSERT INTO reprise_timer (run_id, execution, position, fire_at)
+		SELECT $1, $2, position, fire_at FROM unnest($3::int[], $4::timestamptz[]) AS t(position, fire_at)`,
+		h.id, h.execution, r.pos, r.fire)
+}
+
+// childRows are the child runs an advance creates, as columns, with the
+// events that open their histories.
+type childRows struct {
+	id, workflow, status []string
+	input                []*string
+	pos                  []int32
+	lastSeq              []int64
+	seen                 map[string]bool
+
+	eventRun  []string
+	eventSeq  []int64
+	eventType []string
+	eventData []string
+}
+
+// add adds child run c, with RunStarted; one whose parent's execution
+// ends in the same advance is created cancelled, since a child never
+// outlives its parent.
+func (r *childRows) add(c *reprise.ChildSpec, now time.Time, cancelled bool) error {
+	if r.seen[c.ID] {
+		return nil
+	}
+	if r.seen == nil {
+		r.seen = map[string]bool{}
+	}
+	r.seen[c.ID] = true
+	events := []reprise.Event{{Seq: 1, Type: reprise.EventRunStarted, At: now, Execution: 1, Workflow: c.Workflow, Input: c.Input}}
+	status := reprise.RunPending
+	if cancelled {
+		status = reprise.RunCancelled
+		events = append(events, reprise.Event{Seq: 2, Type: reprise.EventRunCancelled, At: now, Execution: 1, Reason: "parent finished"})
+	}
+	for _, e := range events {
+		data, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("encode %s of child run %q: %w", e.Type, c.ID, err)
+		}
+		r.eventRun = append(r.eventRun, c.ID)
+		r.eventSeq = append(r.eventSeq, e.Seq)
+		r.eventType = append(r.eventType, string(e.Type))
+		r.eventData = append(r.eventData, string(data))
+	}
+	r.id = append(r.id, c.ID)
+	r.workflow = append(r.workflow, c.Workflow)
+	r.status = append(r.status, string(status))
+	r.input = append(r.input, jsonText(c.Input))
+	r.pos = append(r.pos, int32(c.Position))
+	r.lastSeq = append(r.lastSeq, int64(len(events)))
+	return nil
+}
+
+// queue creates the child runs, unowned, with their first events; an id
+// that exists already is left as it is. It reports whether there were
+// any.
+func (r *childRows) queue(b *pgx.Batch, h *runHead, now time.Time) bool {
+	if len(r.id) == 0 {
+		return false
+	}
+	b.Queue(`
+		WITH created AS (
+			INSERT INTO reprise_run (id, workflow, status, input, last_seq, created_at, updated_at,
+				parent_id, parent_position, parent_execution)
+			SELECT id, workflow, status, input::json, last_seq, $1, $1, $2, position, $3
+			FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::bigint[])
+				AS c(id, workflow, status, input, position, last_seq)
+			ON CONFLICT (id) DO NOTHING
+			RETURNING id)
+		INSERT INTO reprise_event (run_id, seq, type, execution, at, data)
+		SELECT e.id, e.seq, e.type, 1, $1, e.data::json
+		FROM created JOIN unnest($10::text[], $11::bigint[], $12::text[], $13::text[]) AS e(id, seq, type, data)
+			ON e.id = created.id`,
+		now, h.id, h.execution, r.id, r.workflow, r.status, r.input, r.pos, r.lastSeq,
+		r.eventRun, r.eventSeq, r.eventType, r.eventData)
+	return true
+}
+
+// jsonText returns b for a text[] element cast to json: nil for NULL.
+func jsonText(b json.RawMessage) *string {
+	if len(b) == 0 {
+		return nil
+	}
+	s := string(b)
+	return &s
+}

@@ -1,0 +1,167 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"reprise"
+)
+
+// finish appends the run's end event and queues its end.
+func finish(a *appender, b *pgx.Batch, run *lockedRun, f *reprise.RunFinish) error {
+	e := reprise.Event{Type: reprise.EventRunCancelled, Error: f.Error}
+	switch f.Status {
+	case reprise.RunCompleted:
+		e = reprise.Event{Type: reprise.EventRunCompleted, Output: f.Output}
+	case reprise.RunFailed:
+		e = reprise.Event{Type: reprise.EventRunFailed, Error: f.Error}
+	}
+	if err := a.add(run.runHead, e); err != nil {
+		return err
+	}
+	return end(b, run, f.Status, f.Output, f.Error)
+}
+
+// end queues the update that ends the run and the removal of its tasks and
+// timers, so that results of running attempts are rejected. A failed run
+// keeps its failed steps, for RunRedrive. The appender advances the run's
+// head.
+func end(b *pgx.Batch, run *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) error {
+	encErr, err := encodeError(errInfo)
+	if err != nil {
+		return err
+	}
+	b.Queue(`
+		UPDATE reprise_run SET status = $2, output = $3::json, error = $4::json, owner = '', lease_until = NULL
+		WHERE id = $1`,
+		run.id, string(status), nullJSON(output), encErr)
+	drop(b, []string{run.id}, status != reprise.RunFailed)
+	run.status = status
+	return nil
+}
+
+// drop queues the removal of the runs' tasks and timers, and of their
+// failed steps too when failedSteps is set.
+func drop(b *pgx.Batch, ids []string, failedSteps bool) {
+	b.Queue(`DELETE FROM reprise_task WHERE run_id = ANY($1)`, ids)
+	b.Queue(`DELETE FROM reprise_timer WHERE run_id = ANY($1)`, ids)
+	if failedSteps {
+		b.Queue(`DELETE FROM reprise_step_failed WHERE run_id = ANY($1)`, ids)
+	}
+}
+
+// continueAsNew ends the run's execution and starts the next with input:
+// it drops the run's tasks and timers, appends RunContinuedAsNew and the
+// new execution's RunStarted. The run stays running, with its lease.
+func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, input json.RawMessage) error {
+	if err := a.add(run.runHead, reprise.Event{Type: reprise.EventRunContinuedAsNew, Input: input}); err != nil {
+		return err
+	}
+	run.execution++
+	if err := a.add(run.runHead, reprise.Event{Type: reprise.EventRunStarted, Workflow: run.workflow, Input: input}); err != nil {
+		return err
+	}
+	drop(b, []string{run.id}, true)
+	b.Queue(`UPDATE reprise_run SET status = 'running', execution = $2, input = $3::json WHERE id = $1`,
+		run.id, run.execution, nullJSON(input))
+	return nil
+}
+
+// cancelBelow cancels the active runs below run (locked by
+// lockDescendants), since a child never outlives its parent: it appends
+// RunCancelled to each, with reason for run's own children and "parent
+// cancelled" for theirs, and drops their tasks and timers. A cancelled
+// child reports to no parent: its parent is ending in the same transaction.
+func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below []*lockedRun, reason string) error {
+	if len(below) == 0 {
+		return nil
+	}
+	ids := make([]string, len(below))
+	for i, c := range below {
+		ids[i] = c.id
+		why := "parent cancelled"
+		if c.parentID == run.id {
+			why = reason
+		}
+		if err := a.add(c.runHead, reprise.Event{Type: reprise.EventRunCancelled, Reason: why}); err != nil {
+			return err
+		}
+		c.status = reprise.RunCancelled
+		if c.owner != "" {
+			out.add(Notice{Kind: NoticeOutcome, RunID: c.id, Owner: c.owner})
+		}
+	}
+	b.Queue(`
+		UPDATE reprise_run SET status = 'cancelled', output = NULL, error = NULL, owner = '', lease_until = NULL
+		WHERE id = ANY($1)`,
+		ids)
+	drop(b, ids, true)
+	return nil
+}
+
+// reportToParent appends the end of child run run to its parent (locked by
+// lockRun): ChildCompleted with the output, or ChildFailed with the error
+// and the child's status as Reason. It does so only while the parent is
+// active and in the execution that started the child, and returns the
+// parent's Outcome then, or nil.
+func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) (*reprise.Outcome, error) {
+	if parent == nil || parent.id != run.parentID || !parent.active() || parent.execution != run.parentExecution {
+		return nil, nil
+	}
+	e := reprise.Event{Type: reprise.EventChildFailed, Position: run.parentPosition, Child: run.id, Error: errInfo, Reason: string(status)}
+	if status == reprise.RunCompleted {
+		e = reprise.Event{Type: reprise.EventChildCompleted, Position: run.parentPosition, Child: run.id, Output: output}
+	}
+	if err := a.add(parent.runHead, e); err != nil {
+		return nil, err
+	}
+	out.add(Notice{Kind: NoticeOutcome, RunID: parent.id, Owner: parent.owner})
+	return &reprise.Outcome{RunID: parent.id, Owner: parent.owner, Events: a.eventsOf(parent.runHead)}, nil
+}
+
+// RunCancel cancels an active run: appends RunCancelled, ends the run,
+// drops its tasks and timers, cancels its active descendants, and reports
+// ChildFailed{Reason: "cancelled"} to its parent if it has an active one.
+func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
+	var run *reprise.Run
+	err := s.tx(ctx, func(tx *txn) error {
+		r, parent, now, err := lockRun(ctx, tx, s.clock(), p.ID, true)
+		if err != nil {
+			return err
+		}
+		if r.status.Final() {
+			return reprise.ErrRunFinished
+		}
+		below, err := lockDescendants(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		a := newAppender(now)
+		if err := a.add(r.runHead, reprise.Event{Type: reprise.EventRunCancelled, Reason: p.Reason}); err != nil {
+			return err
+		}
+		b := &tx.writes
+		if err := end(b, r, reprise.RunCancelled, nil, nil); err != nil {
+			return err
+		}
+		if err := cancelBelow(a, b, &tx.out, r, below, "parent cancelled"); err != nil {
+			return err
+		}
+		if _, err := reportToParent(a, &tx.out, r, parent, reprise.RunCancelled, nil, nil); err != nil {
+			return err
+		}
+		a.queue(b)
+		if r.owner != "" {
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner})
+		}
+		queueRun(b, r.id, &run)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cancel run %q: %w", p.ID, err)
+	}
+	return run, nil
+}

@@ -1,0 +1,76 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"reprise"
+)
+
+// RunRedrive reopens a failed run whose current execution's last step
+// outcome is a StepFailed: that step gets its task back, ready now, as it
+// was scheduled, with its attempt count and Base set to it, so that the
+// policy starts afresh. It appends RunRedriven; the run
+// is running again, without error, and unowned, for any engine to claim.
+func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*reprise.Run, error) {
+	var run *reprise.Run
+	err := s.tx(ctx, func(tx *txn) error {
+		r, _, now, err := lockRun(ctx, tx, s.clock(), p.ID, false)
+		if err != nil {
+			return err
+		}
+		if r.status != reprise.RunFailed {
+			return reprise.ErrNotRedrivable
+		}
+		var (
+			pos  int
+			step string
+		)
+		// The last step outcome of the execution must be a failure whose
+		// task was kept.
+		err = tx.QueryRow(ctx, `
+			SELECT f.position, f.step FROM (
+				SELECT type, seq FROM reprise_event
+				WHERE run_id = $1 AND execution = $2 AND type IN ('StepCompleted', 'StepFailed')
+				ORDER BY seq DESC LIMIT 1) last
+			JOIN reprise_step_failed f ON f.run_id = $1 AND f.execution = $2 AND f.seq = last.seq
+			WHERE last.type = 'StepFailed'`,
+			r.id, r.execution).Scan(&pos, &step)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return reprise.ErrNotRedrivable
+		}
+		if err != nil {
+			return err
+		}
+		a := newAppender(now)
+		if err := a.add(r.runHead, reprise.Event{Type: reprise.EventRunRedriven, Position: pos, Step: step, Reason: p.By}); err != nil {
+			return err
+		}
+		b := &tx.writes
+		b.Queue(`
+			WITH failed AS (
+				DELETE FROM reprise_step_failed WHERE run_id = $1 AND execution = $2 AND position = $3
+				RETURNING *)
+			INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
+				attempt, base, ready_at, created_at)
+			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, $4, $4
+			FROM failed`,
+			r.id, r.execution, pos, now)
+		b.Queue(`
+			UPDATE reprise_run SET status = 'running', output = NULL, error = NULL, owner = '', lease_until = NULL
+			WHERE id = $1`,
+			r.id)
+		a.queue(b)
+		tx.out.add(Notice{Kind: NoticeRunReady, RunID: r.id, Workflow: r.workflow})
+		tx.out.add(Notice{Kind: NoticeTaskReady, Step: step, At: now})
+		queueRun(b, r.id, &run)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redrive run %q: %w", p.ID, err)
+	}
+	return run, nil
+}

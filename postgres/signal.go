@@ -1,0 +1,35 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"reprise"
+)
+
+// SignalSend appends SignalReceived{Step: Name, Input: Payload} to an
+// active run's current execution and tells the run's owner.
+func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*reprise.Outcome, error) {
+	var o *reprise.Outcome
+	err := s.tx(ctx, func(tx *txn) error {
+		r, _, now, err := lockRun(ctx, tx, s.clock(), p.RunID, false)
+		if err != nil {
+			return err
+		}
+		if r.status.Final() {
+			return reprise.ErrRunFinished
+		}
+		a := newAppender(now)
+		if err := a.add(r.runHead, reprise.Event{Type: reprise.EventSignalReceived, Step: p.Name, Input: p.Payload}); err != nil {
+			return err
+		}
+		a.queue(&tx.writes)
+		tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner})
+		o = &reprise.Outcome{RunID: r.id, Owner: r.owner, Events: a.events}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("send signal %q to run %q: %w", p.Name, p.RunID, err)
+	}
+	return o, nil
+}
