@@ -74,9 +74,10 @@ func TestConcurrencyLimits(t *testing.T) {
 	}
 }
 
-// TestSelectReplaysTheSameWinner: a timer beats a step; the step completes
-// later; after a restart the workflow replays from a history holding both
-// outcomes and must take the timer's branch again.
+// TestSelectReplaysTheSameWinner: a timer beats a step, which is cancelled;
+// after a restart the workflow replays from a history holding both
+// outcomes (the timer's, then the cancellation) and must take the timer's
+// branch again.
 func TestSelectReplaysTheSameWinner(t *testing.T) {
 	t.Parallel()
 	slow := reprise.NewStep("slow", func(ctx context.Context, _ int) (string, error) {
@@ -110,9 +111,9 @@ func TestSelectReplaysTheSameWinner(t *testing.T) {
 	})
 	env := reprisetest.New(t, nil, wf, slow, gate)
 	h, _ := wf.Start(t.Context(), env.Engine, 0)
-	// Let the timer win, then the step complete, while the gate waits an hour.
+	// Let the timer win and the step be cancelled, while the gate waits an hour.
 	env.AdvanceUntil(func() bool {
-		return gateCalls.Load() == 1 && countEvents(env.History(h.ID), reprise.EventStepCompleted) == 1
+		return gateCalls.Load() == 1 && countEvents(env.History(h.ID), reprise.EventStepCancelRequested) == 1
 	})
 	env.Restart(nil, wf, slow, gate)
 	env.Wait(h.ID)

@@ -49,6 +49,9 @@ func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, 
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	e.act.Add(int64(len(tasks)))
+	if len(tasks) > 0 {
+		e.kick() // the dispatcher watches the new leases
+	}
 	return tasks, nil
 }
 

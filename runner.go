@@ -212,7 +212,8 @@ func (r *runner) run(fresh bool) {
 		e.runnerDone(r, false)
 		return
 	}
-	adv, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Finish: finish})
+	// Pending select cancels go with the end, so the history says so.
+	adv, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Cancels: r.cancels, Finish: finish})
 	switch {
 	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrRunFinished):
 		e.runnerDone(r, false)

@@ -223,6 +223,19 @@ func (c *Client) CancelRun(ctx context.Context, id, reason string) error {
 	return err
 }
 
+// RedriveRun gives a run that failed on a step a fresh attempt budget for
+// it; by says who, for the history.
+func (c *Client) RedriveRun(ctx context.Context, id, by string) error {
+	_, err := c.do(ctx, "POST", runPath(id)+"/redrive", redriveRequest{By: by}, nil)
+	return err
+}
+
+// SignalRun sends a signal with a JSON payload to a run.
+func (c *Client) SignalRun(ctx context.Context, id, name string, payload json.RawMessage) error {
+	_, err := c.do(ctx, "POST", runPath(id)+"/signals", signalRequest{Name: name, Payload: payload}, nil)
+	return err
+}
+
 // RegisterStep registers or replaces a step: KindHTTP with a URL, or
 // KindPull; its Policy is in text form, or empty for the default.
 func (c *Client) RegisterStep(ctx context.Context, s Step) error {

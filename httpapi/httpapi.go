@@ -87,6 +87,8 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	route("/v1/runs/{id}", map[string]http.HandlerFunc{"GET": a.getRun})
 	route("/v1/runs/{id}/history", map[string]http.HandlerFunc{"GET": a.history})
 	route("/v1/runs/{id}/cancel", map[string]http.HandlerFunc{"POST": a.cancelRun})
+	route("/v1/runs/{id}/redrive", map[string]http.HandlerFunc{"POST": a.redriveRun})
+	route("/v1/runs/{id}/signals", map[string]http.HandlerFunc{"POST": a.signalRun})
 	route("/v1/steps", map[string]http.HandlerFunc{"GET": a.listSteps, "POST": a.registerStep})
 	route("/v1/tasks/claim", map[string]http.HandlerFunc{"POST": a.claim})
 	route("/v1/tasks/{id}/complete", map[string]http.HandlerFunc{"POST": a.complete})

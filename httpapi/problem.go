@@ -26,16 +26,17 @@ type Problem struct {
 
 // The types of Problem. More may be added.
 const (
-	ProblemInvalid      = "urn:reprise:problem:invalid"      // 400: a field or the body is wrong
-	ProblemUnauthorized = "urn:reprise:problem:unauthorized" // 401
-	ProblemNotFound     = "urn:reprise:problem:not-found"    // 404
-	ProblemMethod       = "urn:reprise:problem:method"       // 405
-	ProblemRunFinished  = "urn:reprise:problem:run-finished" // 409: the run has finished
-	ProblemLeaseLost    = "urn:reprise:problem:lease-lost"   // 409: stale token or lapsed lease
-	ProblemTooLarge     = "urn:reprise:problem:too-large"    // 413
-	ProblemInternal     = "urn:reprise:problem:internal"     // 500
-	ProblemUnavailable  = "urn:reprise:problem:unavailable"  // 503: shutting down
-	ProblemUnsupported  = "urn:reprise:problem:unsupported"  // 415
+	ProblemInvalid       = "urn:reprise:problem:invalid"        // 400: a field or the body is wrong
+	ProblemUnauthorized  = "urn:reprise:problem:unauthorized"   // 401
+	ProblemNotFound      = "urn:reprise:problem:not-found"      // 404
+	ProblemMethod        = "urn:reprise:problem:method"         // 405
+	ProblemRunFinished   = "urn:reprise:problem:run-finished"   // 409: the run has finished
+	ProblemLeaseLost     = "urn:reprise:problem:lease-lost"     // 409: stale token or lapsed lease
+	ProblemNotRedrivable = "urn:reprise:problem:not-redrivable" // 409: the run did not fail on a step
+	ProblemTooLarge      = "urn:reprise:problem:too-large"      // 413
+	ProblemInternal      = "urn:reprise:problem:internal"       // 500
+	ProblemUnavailable   = "urn:reprise:problem:unavailable"    // 503: shutting down
+	ProblemUnsupported   = "urn:reprise:problem:unsupported"    // 415
 )
 
 func (p *Problem) Error() string {
@@ -61,6 +62,8 @@ func (p *Problem) Unwrap() error {
 		return reprise.ErrLeaseLost
 	case ProblemRunFinished:
 		return reprise.ErrRunFinished
+	case ProblemNotRedrivable:
+		return reprise.ErrNotRedrivable
 	}
 	return nil
 }

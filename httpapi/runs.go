@@ -167,6 +167,9 @@ func (a *api) runError(w http.ResponseWriter, r *http.Request, id string, err er
 	case errors.Is(err, reprise.ErrRunFinished):
 		writeProblem(w, &Problem{Type: ProblemRunFinished, Title: "Conflict", Status: http.StatusConflict,
 			Detail: fmt.Sprintf("run %q has already finished", id)})
+	case errors.Is(err, reprise.ErrNotRedrivable):
+		writeProblem(w, &Problem{Type: ProblemNotRedrivable, Title: "Conflict", Status: http.StatusConflict,
+			Detail: fmt.Sprintf("run %q did not fail because a step failed; only such runs can be redriven", id)})
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		// The client went away, or the server is stopping.
 		writeProblem(w, &Problem{Type: ProblemUnavailable, Title: "Service Unavailable", Status: http.StatusServiceUnavailable,
@@ -404,4 +407,63 @@ func poll(ctx context.Context, d time.Duration, wake <-chan struct{}, ready func
 		next.Reset(interval)
 		interval = min(2*interval, 100*time.Millisecond)
 	}
+}
+
+type redriveRequest struct {
+	By string `json:"by"`
+}
+
+// redriveRun gives a run that failed on a step a fresh attempt budget.
+func (a *api) redriveRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := runID(w, r)
+	if !ok {
+		return
+	}
+	req := redriveRequest{By: "the API"}
+	if r.ContentLength != 0 {
+		if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
+			writeProblem(w, p)
+			return
+		}
+	}
+	if err := a.e.Redrive(r.Context(), id, req.By); err != nil {
+		a.runError(w, r, id, err)
+		return
+	}
+	run, err := a.e.GetRun(r.Context(), id)
+	if err != nil {
+		a.runError(w, r, id, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wireRun(run))
+}
+
+type signalRequest struct {
+	Name    string          `json:"name"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// signalRun sends a signal to a run.
+func (a *api) signalRun(w http.ResponseWriter, r *http.Request) {
+	id, ok := runID(w, r)
+	if !ok {
+		return
+	}
+	var req signalRequest
+	if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if req.Name == "" {
+		writeProblem(w, invalid("name", "the signal's name is required"))
+		return
+	}
+	if len(req.Payload) == 0 {
+		req.Payload = json.RawMessage("null")
+	}
+	if err := a.e.Signal(r.Context(), id, req.Name, req.Payload); err != nil {
+		a.runError(w, r, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusAccepted)
 }

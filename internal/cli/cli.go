@@ -30,6 +30,8 @@ commands:
   show RUN                    show a run
   history RUN                 show a run's history: every attempt, delay and decision
   cancel RUN                  cancel a run
+  redrive RUN                 give a run that failed on a step a fresh attempt budget
+  signal RUN NAME             send a signal to a run
   policy check '<policy>'     print a retry policy in its canonical form
   policy explain '<policy>'   show what a policy decides, attempt by attempt
   migrate                     create or upgrade a database's schema
@@ -66,6 +68,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return historyMain(args, stdout, stderr)
 	case "cancel":
 		return cancelMain(args, stdout, stderr)
+	case "redrive":
+		return redriveMain(args, stdout, stderr)
+	case "signal":
+		return signalMain(args, stdout, stderr)
 	case "migrate":
 		return migrateMain(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"text/tabwriter"
 	"time"
 
@@ -23,6 +24,8 @@ type runsBackend interface {
 	GetRun(ctx context.Context, id string) (*reprise.Run, error)
 	History(ctx context.Context, id string) ([]reprise.Event, error)
 	CancelRun(ctx context.Context, id, reason string) error
+	RedriveRun(ctx context.Context, id, by string) error
+	SignalRun(ctx context.Context, id, name string, payload json.RawMessage) error
 	Close() error
 }
 
@@ -56,6 +59,16 @@ func (b storeBackend) History(ctx context.Context, id string) ([]reprise.Event, 
 
 func (b storeBackend) CancelRun(ctx context.Context, id, reason string) error {
 	_, err := b.s.RunCancel(ctx, &reprise.RunCancelParams{ID: id, Reason: reason})
+	return err
+}
+
+func (b storeBackend) RedriveRun(ctx context.Context, id, by string) error {
+	_, err := b.s.RunRedrive(ctx, &reprise.RunRedriveParams{ID: id, By: by})
+	return err
+}
+
+func (b storeBackend) SignalRun(ctx context.Context, id, name string, payload json.RawMessage) error {
+	_, err := b.s.SignalSend(ctx, &reprise.SignalSendParams{RunID: id, Name: name, Payload: payload})
 	return err
 }
 
@@ -253,6 +266,54 @@ func startMain(args []string, stdout, stderr io.Writer) int {
 		verb = "exists"
 	}
 	fmt.Fprintf(stdout, "%s %s (%s)\n", verb, run.ID, run.Status)
+	return exitOK
+}
+
+func redriveMain(args []string, stdout, stderr io.Writer) int {
+	by := os.Getenv("USER")
+	b, fs, pos, code, ok := runsCommand("redrive", "RUN [--by NAME]", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&by, "by", by, "who redrives it, for the history")
+	})
+	if !ok {
+		return code
+	}
+	defer b.Close()
+	if len(pos) != 1 {
+		return usageErrorf(fs, stderr, "want one run id, got %d arguments", len(pos))
+	}
+	if by == "" {
+		by = "reprise redrive"
+	}
+	if err := b.RedriveRun(context.Background(), pos[0], by); err != nil {
+		if errors.Is(err, reprise.ErrNotRedrivable) {
+			fmt.Fprintf(stderr, "reprise redrive: run %q did not fail because a step failed; only such runs can be redriven\n", pos[0])
+			return exitFail
+		}
+		return runError(stderr, "redrive", pos[0], err)
+	}
+	fmt.Fprintf(stdout, "redriven %s: its failed step has a fresh attempt budget\n", pos[0])
+	return exitOK
+}
+
+func signalMain(args []string, stdout, stderr io.Writer) int {
+	var payload string
+	b, fs, pos, code, ok := runsCommand("signal", "RUN NAME [--payload JSON]", args, stdout, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&payload, "payload", "null", "the signal's payload, as JSON")
+	})
+	if !ok {
+		return code
+	}
+	defer b.Close()
+	if len(pos) != 2 {
+		return usageErrorf(fs, stderr, "want a run id and a signal name, got %d arguments", len(pos))
+	}
+	if !json.Valid([]byte(payload)) {
+		return usageErrorf(fs, stderr, "--payload is not valid JSON: %q", clip(payload, 40))
+	}
+	if err := b.SignalRun(context.Background(), pos[0], pos[1], json.RawMessage(payload)); err != nil {
+		return runError(stderr, "signal", pos[0], err)
+	}
+	fmt.Fprintf(stdout, "sent %s to %s\n", pos[1], pos[0])
 	return exitOK
 }
 

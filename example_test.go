@@ -1,0 +1,195 @@
+package reprise_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"reprise"
+	"reprise/retry"
+	"reprise/sqlite"
+)
+
+// startExample runs an engine on a fresh SQLite file until stop is called.
+func startExample(defs ...reprise.Definition) (e *reprise.Engine, stop func()) {
+	dir, _ := os.MkdirTemp("", "reprise-example-")
+	store, err := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	if err != nil {
+		panic(err)
+	}
+	e, err = reprise.New(reprise.Config{Store: store})
+	if err != nil {
+		panic(err)
+	}
+	if err := e.Register(defs...); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.Run(ctx) }()
+	return e, func() { cancel(); <-done; store.Close(); os.RemoveAll(dir) }
+}
+
+func Example() {
+	charge := reprise.NewStep("charge", func(ctx context.Context, cents int) (string, error) {
+		info, _ := reprise.StepInfoFrom(ctx)
+		if info.Attempt < 2 {
+			return "", errors.New("gateway timeout") // retried after its backoff
+		}
+		return fmt.Sprintf("charged %d", cents), nil
+	}, reprise.WithPolicyText("[retry: 3, backoff: 10ms]"))
+	order := reprise.NewWorkflow("order", func(ctx context.Context, cents int) (string, error) {
+		return reprise.Step(ctx, charge, cents)
+	})
+	e, stop := startExample(order, charge)
+	defer stop()
+	out, err := order.Run(context.Background(), e, 1200)
+	fmt.Println(out, err)
+	// Output: charged 1200 <nil>
+}
+
+func ExampleSelect() {
+	slow := reprise.NewStep("slow", func(ctx context.Context, _ int) (string, error) {
+		<-ctx.Done() // cancelled with ErrStepCancelled when it loses
+		return "", context.Cause(ctx)
+	})
+	wf := reprise.NewWorkflow("deadline", func(ctx context.Context, _ int) (string, error) {
+		call := reprise.Go(ctx, slow, 0)
+		if reprise.Select(ctx, call, reprise.After(ctx, 20*time.Millisecond)) == 1 {
+			return "gave up waiting", nil
+		}
+		return call.Get(ctx)
+	})
+	e, stop := startExample(wf, slow)
+	defer stop()
+	out, _ := wf.Run(context.Background(), e, 0)
+	fmt.Println(out)
+	// Output: gave up waiting
+}
+
+func ExampleWaitSignal() {
+	wf := reprise.NewWorkflow("approval", func(ctx context.Context, _ int) (string, error) {
+		return reprise.WaitSignal[string](ctx, "approved-by").Get(ctx)
+	})
+	e, stop := startExample(wf)
+	defer stop()
+	ctx := context.Background()
+	h, _ := wf.Start(ctx, e, 0)
+	e.Signal(ctx, h.ID, "approved-by", "alice")
+	out, _ := h.Result(ctx)
+	fmt.Println(out)
+	// Output: alice
+}
+
+func ExampleContinueAsNew() {
+	wf := reprise.NewWorkflow("poller", func(ctx context.Context, n int) (int, error) {
+		if n == 3 {
+			return n, nil
+		}
+		reprise.Sleep(ctx, time.Millisecond)
+		return 0, reprise.ContinueAsNew(ctx, n+1) // a fresh, short history
+	})
+	e, stop := startExample(wf)
+	defer stop()
+	ctx := context.Background()
+	h, _ := wf.Start(ctx, e, 0)
+	out, _ := h.Result(ctx)
+	run, _ := e.GetRun(ctx, h.ID)
+	fmt.Println(out, run.Execution)
+	// Output: 3 4
+}
+
+func ExampleChildRun() {
+	var tries int
+	provision := reprise.NewWorkflow("provision", func(ctx context.Context, host string) (string, error) {
+		tries++
+		if tries < 2 {
+			return "", errors.New("no capacity")
+		}
+		return host + " ready", nil
+	})
+	fleet := reprise.NewWorkflow("fleet", func(ctx context.Context, host string) (string, error) {
+		// Each attempt is a fresh child run, retried after a durable backoff.
+		return reprise.ChildRun(ctx, provision, host, retry.Attempts(3, retry.Fixed(10*time.Millisecond)))
+	})
+	e, stop := startExample(fleet, provision)
+	defer stop()
+	out, err := fleet.Run(context.Background(), e, "db-1")
+	fmt.Println(out, err)
+	// Output: db-1 ready <nil>
+}
+
+func ExampleVersion() {
+	audit := reprise.NewStep("audit", func(ctx context.Context, _ int) (string, error) { return "audited", nil })
+	wf := reprise.NewWorkflow("versioned", func(ctx context.Context, _ int) (string, error) {
+		// Runs started before the audit step existed replay the old branch.
+		if reprise.Version(ctx, "add-audit", reprise.DefaultVersion, 1) == 1 {
+			return reprise.Step(ctx, audit, 0)
+		}
+		return "not audited", nil
+	})
+	e, stop := startExample(wf, audit)
+	defer stop()
+	out, _ := wf.Run(context.Background(), e, 0)
+	fmt.Println(out)
+	// Output: audited
+}
+
+func ExampleEngine_Redrive() {
+	var fixed bool
+	step := reprise.NewStep("import", func(ctx context.Context, _ int) (string, error) {
+		if !fixed {
+			return "", errors.New("schema mismatch")
+		}
+		return "imported", nil
+	}, reprise.WithPolicy(retry.Never))
+	wf := reprise.NewWorkflow("import-job", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Step(ctx, step, 0)
+	})
+	e, stop := startExample(wf, step)
+	defer stop()
+	ctx := context.Background()
+	h, _ := wf.Start(ctx, e, 0)
+	_, err := h.Result(ctx)
+	fmt.Println("first:", err != nil)
+	fixed = true // the cause is fixed and deployed
+	e.Redrive(ctx, h.ID, "ops@example.com")
+	out, _ := h.Result(ctx)
+	fmt.Println("after redrive:", out)
+	// Output:
+	// first: true
+	// after redrive: imported
+}
+
+func ExampleSaga() {
+	reserve := reprise.NewStep("reserve", func(ctx context.Context, item string) (string, error) { return "res-" + item, nil })
+	release := reprise.NewStep("release", func(ctx context.Context, res string) (string, error) {
+		fmt.Println("released", res)
+		return "", nil
+	})
+	ship := reprise.NewStep("ship", func(ctx context.Context, item string) (string, error) {
+		return "", reprise.Permanent(errors.New("address invalid"))
+	})
+	wf := reprise.NewWorkflow("checkout", func(ctx context.Context, item string) (string, error) {
+		var saga reprise.Saga
+		res, err := reprise.Step(ctx, reserve, item)
+		if err != nil {
+			return "", err
+		}
+		reprise.OnFailure(&saga, release, res, reprise.WithPolicyText("[retry: unlimited, backoff: 10ms, max_backoff: 1s]"))
+		if _, err := reprise.Step(ctx, ship, item); err != nil {
+			return "compensated", saga.Compensate(ctx)
+		}
+		return "shipped", nil
+	})
+	e, stop := startExample(wf, reserve, release, ship)
+	defer stop()
+	out, _ := wf.Run(context.Background(), e, "lamp")
+	fmt.Println(out)
+	// Output:
+	// released res-lamp
+	// compensated
+}
