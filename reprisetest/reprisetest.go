@@ -5,8 +5,8 @@ package reprisetest
 
 import (
 	"context"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
