@@ -33,7 +33,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 	var adv *reprise.Advanced
 	err = s.write(ctx, func(tx *txn) error {
 		adv = nil
-		run, err := tx.activeRun(p.RunID)
+		run, err := tx.activeRun(p.RunID, f != nil)
 		if err != nil {
 			return err
 		}
@@ -105,10 +105,10 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		var parent reprise.Event // what the run's end tells its parent
 		switch {
 		case f != nil && f.ContinueAsNew:
-			if err := tx.dropWork(p.RunID, false); err != nil {
+			if err := tx.dropWork(p.RunID, !run.failedSteps); err != nil {
 				return err
 			}
-			if err := tx.cancelChildren(p.RunID, reasonParentFinished); err != nil {
+			if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
 				return err
 			}
 			_, err := tx.exec(`UPDATE runs SET status = 'running', execution = execution + 1, input = ? WHERE id = ?`,
@@ -127,10 +127,10 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 			if err != nil {
 				return err
 			}
-			if err := tx.dropWork(p.RunID, f.Status == reprise.RunFailed); err != nil {
+			if err := tx.dropWork(p.RunID, f.Status == reprise.RunFailed || !run.failedSteps); err != nil {
 				return err
 			}
-			if err := tx.cancelChildren(p.RunID, reasonParentFinished); err != nil {
+			if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
 				return err
 			}
 			end := reprise.Event{}
@@ -262,8 +262,11 @@ func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, e
 }
 
 // A runState is what a write reads of an active run: its state, lease,
-// parent, and the last Seq of its history.
+// parent, and the last Seq of its history; for a run that ends, whether it
+// has active children and failed steps, which are then cleaned up.
 type runState struct {
+	children        bool
+	failedSteps     bool
 	status          reprise.RunStatus
 	token           int64
 	execution       int
@@ -275,17 +278,37 @@ type runState struct {
 	parentExecution int
 }
 
+// activeRunSQL reads a run's state; activeRunEndingSQL also whether it
+// has active children and failed steps, in the same statement: a run's end
+// then needs no statements to clean up what it does not have.
+const (
+	activeRunSQL = `
+		SELECT status, token, execution, workflow, owner, coalesce(parent_id, ''), parent_position, parent_execution,
+			` + lastSeq + `, 0, 0
+		FROM runs WHERE id = ?1`
+	activeRunEndingSQL = `
+		SELECT status, token, execution, workflow, owner, coalesce(parent_id, ''), parent_position, parent_execution,
+			` + lastSeq + `,
+			EXISTS (SELECT 1 FROM runs c WHERE c.parent_id = ?1 AND c.status IN ('pending', 'running')),
+			EXISTS (SELECT 1 FROM failed_steps WHERE run_id = ?1)
+		FROM runs WHERE id = ?1`
+)
+
 // activeRun reads a run that must be active: ErrNotFound when there is no
-// such run, ErrRunFinished when it has finished.
-func (tx *txn) activeRun(id string) (runState, error) {
+// such run, ErrRunFinished when it has finished. ending asks for what a
+// run that ends must clean up.
+func (tx *txn) activeRun(id string, ending bool) (runState, error) {
 	var r runState
 	var status string
-	err := tx.queryRow(`
-		SELECT status, token, execution, workflow, owner, coalesce(parent_id, ''), parent_position, parent_execution,
-			`+lastSeq+`
-		FROM runs WHERE id = ?1`, id).
+	var children, failed int
+	query := activeRunSQL
+	if ending {
+		query = activeRunEndingSQL
+	}
+	err := tx.queryRow(query, id).
 		Scan(&status, &r.token, &r.execution, &r.workflow, &r.owner, &r.parentID, &r.parentPosition,
-			&r.parentExecution, &r.last)
+			&r.parentExecution, &r.last, &children, &failed)
+	r.children, r.failedSteps = children != 0, failed != 0
 	r.status = reprise.RunStatus(status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -300,8 +323,8 @@ func (tx *txn) activeRun(id string) (runState, error) {
 
 // dropWork deletes a run's tasks and timers: results of attempts still
 // running then find no task and are rejected, and no timer fires. Unless
-// keepFailed (the run failed, and may be redriven), the failed steps kept
-// for a redrive go too.
+// keepFailed (the run failed, and may be redriven, or has none), the failed
+// steps kept for a redrive go too.
 func (tx *txn) dropWork(runID string, keepFailed bool) error {
 	if _, err := tx.exec(`DELETE FROM tasks WHERE run_id = ?`, runID); err != nil {
 		return err

@@ -37,6 +37,15 @@ func (tx *txn) createChild(parentID string, execution int, c *reprise.ChildSpec)
 	return nil
 }
 
+// endChildren cancels the active children of a run that ends, if it has
+// any (activeRun with ending said so).
+func (tx *txn) endChildren(run runState, id, reason string) error {
+	if !run.children {
+		return nil
+	}
+	return tx.cancelChildren(id, reason)
+}
+
 // cancelChildren cancels the active children of a run that ends, and
 // theirs in turn.
 func (tx *txn) cancelChildren(parentID, reason string) error {
@@ -120,7 +129,7 @@ func (tx *txn) tellParent(child runState, childID string, e reprise.Event) (*rep
 func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
 	var run *reprise.Run
 	err := s.write(ctx, func(tx *txn) error {
-		r, err := tx.activeRun(p.ID)
+		r, err := tx.activeRun(p.ID, true)
 		if err != nil {
 			return err
 		}

@@ -93,7 +93,7 @@ func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*r
 	}
 	var out *reprise.Outcome
 	err = s.write(ctx, func(tx *txn) error {
-		r, err := tx.activeRun(p.RunID)
+		r, err := tx.activeRun(p.RunID, false)
 		if err != nil {
 			return err
 		}
