@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -101,5 +102,54 @@ func TestOpenValidatesOptions(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("error %q does not name %s", err, want)
 		}
+	}
+}
+
+// TestMigrateFromVersion1 opens a database of schema 1 with a run and a
+// task in it: Open migrates it to this version, and both read as before,
+// with the new fields zero.
+func TestMigrateFromVersion1(t *testing.T) {
+	t.Parallel()
+	if v := sqlite.SchemaVersion(); v != 2 {
+		t.Fatalf("SchemaVersion = %d, want 2", v)
+	}
+	path := filepath.Join(t.TempDir(), "reprise.db")
+	init, err := os.ReadFile("migrations/0001_init.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		string(init),
+		`INSERT INTO runs (id, workflow, status, input, created_at) VALUES ('run-1', 'order', 'running', '{}', 1)`,
+		`INSERT INTO tasks (run_id, execution, position, step, idempotency_key, ready_at) VALUES ('run-1', 1, 1, 'charge', 'k', 1)`,
+		`PRAGMA user_version = 1`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%.40s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s, err := sqlite.Open(path, nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	if v := userVersion(t, path, -1); v != 2 {
+		t.Fatalf("user_version = %d, want 2", v)
+	}
+	run, err := s.RunGet(t.Context(), "run-1")
+	if err != nil || run.ParentID != "" || run.Status != reprise.RunRunning {
+		t.Fatalf("RunGet = %+v, %v", run, err)
+	}
+	tasks, err := s.TaskClaim(t.Context(), &reprise.TaskClaimParams{
+		Owner: "w", Steps: []reprise.StepQuota{{Name: "charge", Limit: 1}}, LeaseTTL: time.Minute,
+	})
+	if err != nil || len(tasks) != 1 || tasks[0].Attempt != 1 || tasks[0].Base != 0 || tasks[0].Lapses != 0 {
+		t.Fatalf("TaskClaim = %+v, %v; want the old task as attempt 1", tasks, err)
 	}
 }
