@@ -274,7 +274,7 @@ func TestCrashDuringStep(t *testing.T) {
 	t.Parallel()
 	c := &crashChild{t: t, scenario: "during-step", dir: t.TempDir(), runs: 20}
 	cmd := c.start()
-	h := c.waitHistory(func(h map[string][]reprise.Event) bool {
+	c.waitHistory(func(h map[string][]reprise.Event) bool {
 		started := 0
 		for _, events := range h {
 			for _, ev := range events {
@@ -286,7 +286,7 @@ func TestCrashDuringStep(t *testing.T) {
 		return started >= 15
 	})
 	killChild(t, cmd)
-	h = c.history() // what the database holds after the kill
+	h := c.history() // what the database holds after the kill
 	inFlight := 0
 	for _, events := range h {
 		open := map[int]bool{}

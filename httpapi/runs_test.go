@@ -200,11 +200,11 @@ func TestLongPolls(t *testing.T) {
 	// A change ends the wait of the run at once.
 	time.AfterFunc(100*time.Millisecond, func() { close(release) })
 	start = time.Now()
-	run, err := s.c.WaitRun(t.Context(), "g", 20*time.Second)
+	_, err = s.c.WaitRun(t.Context(), "g", 20*time.Second)
 	if err != nil || time.Since(start) > 10*time.Second {
 		t.Fatalf("wait run: %v after %v", err, time.Since(start))
 	}
-	run = s.waitRun(t, "g")
+	run := s.waitRun(t, "g")
 	if run.Status != reprise.RunCompleted || string(run.Output) != `"opened"` {
 		t.Errorf("run: %+v", run)
 	}
