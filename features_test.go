@@ -101,6 +101,9 @@ func TestContinueAsNewDropsStaleEvents(t *testing.T) {
 	})
 	close(release) // execution 1's step answers now: too late
 	waitFor(t, func() bool { return lateDone.Load() == 1 })
+	// A restart in the middle replays the current execution from its own
+	// history, ignoring the earlier executions' events.
+	env.Restart(nil, wf, racer)
 	run := env.Wait(h.ID)
 	if run.Status != reprise.RunCompleted || run.Execution != 4 {
 		t.Fatalf("run %s at execution %d, want completed at 4", run.Status, run.Execution)
@@ -119,8 +122,6 @@ func TestContinueAsNewDropsStaleEvents(t *testing.T) {
 			t.Errorf("a timer of execution %d fired after its execution ended", ev.Execution)
 		}
 	}
-	// The run replays the same way from its history after a restart.
-	env.Restart(nil, wf, racer)
 	if got, err := h.Result(t.Context()); err != nil || got != "done at execution with step winning" {
 		t.Fatalf("result %q, %v", got, err)
 	}
@@ -321,5 +322,78 @@ func TestPoisonTask(t *testing.T) {
 	failed := eventsOf(env.History(h.ID), reprise.EventStepFailed)
 	if len(failed) != 1 || failed[0].Error.Type != reprise.TypePoison || failed[0].Attempt != 3 {
 		t.Fatalf("StepFailed = %+v, want Poison after 3 attempts", failed)
+	}
+}
+
+// Seed 003: the losing timer of a select must not satisfy a later wait.
+func TestLosingTimerIsNotConsumedLater(t *testing.T) {
+	t.Parallel()
+	quick := reprise.NewStep("quick", func(ctx context.Context, _ int) (int, error) { return 1, nil })
+	wf := reprise.NewWorkflow("stale-timer", func(ctx context.Context, _ int) (string, error) {
+		if reprise.Select(ctx, reprise.Go(ctx, quick, 0), reprise.After(ctx, time.Minute)) != 0 {
+			return "", errors.New("the timer beat an instant step")
+		}
+		start := reprise.Now(ctx)
+		if err := reprise.Sleep(ctx, 2*time.Minute); err != nil {
+			return "", err
+		}
+		return reprise.Now(ctx).Sub(start).String(), nil
+	})
+	env := reprisetest.New(t, nil, wf, quick)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	env.Wait(h.ID)
+	if got, err := h.Result(t.Context()); err != nil || got != "2m0s" {
+		t.Fatalf("the sleep after the select took %q (%v), want 2m0s", got, err)
+	}
+	fired := eventsOf(env.History(h.ID), reprise.EventTimerFired)
+	if len(fired) != 1 || fired[0].Position != 3 {
+		t.Errorf("timers fired: %+v, want only the sleep's (position 3)", fired)
+	}
+}
+
+func TestSignalsSurviveARestart(t *testing.T) {
+	t.Parallel()
+	wf := reprise.NewWorkflow("two-signals", func(ctx context.Context, _ int) (string, error) {
+		a, _ := reprise.WaitSignal[string](ctx, "next").Get(ctx)
+		b, _ := reprise.WaitSignal[string](ctx, "next").Get(ctx)
+		return a + "," + b, nil
+	})
+	env := reprisetest.New(t, nil, wf)
+	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	env.Engine.Signal(t.Context(), h.ID, "next", "one")
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventSignalReceived) == 1 })
+	env.Restart(nil, wf)
+	env.Engine.Signal(t.Context(), h.ID, "next", "two")
+	env.Wait(h.ID)
+	if got, err := h.Result(t.Context()); err != nil || got != "one,two" {
+		t.Fatalf("result %q, %v", got, err)
+	}
+}
+
+func TestChildSurvivesParentsEngineRestart(t *testing.T) {
+	t.Parallel()
+	gate := reprise.NewStep("child-gate", func(ctx context.Context, _ int) (string, error) {
+		info, _ := reprise.StepInfoFrom(ctx)
+		if info.Attempt == 1 {
+			return "", errors.New("not yet")
+		}
+		return "child done", nil
+	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
+	child := reprise.NewWorkflow("slow-child", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Step(ctx, gate, 0)
+	})
+	parent := reprise.NewWorkflow("patient-parent", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Child(ctx, child, 0).Get(ctx)
+	})
+	env := reprisetest.New(t, nil, parent, child, gate)
+	h, _ := parent.Start(t.Context(), env.Engine, 0)
+	waitFor(t, func() bool {
+		events, err := env.Engine.History(t.Context(), h.ID+"/1")
+		return err == nil && countEvents(events, reprise.EventAttemptFailed) == 1
+	})
+	env.Restart(nil, parent, child, gate)
+	env.Wait(h.ID)
+	if got, err := h.Result(t.Context()); err != nil || got != "child done" {
+		t.Fatalf("result %q, %v", got, err)
 	}
 }
