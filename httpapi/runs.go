@@ -354,18 +354,24 @@ type cancelRequest struct {
 }
 
 func (a *api) cancelRun(w http.ResponseWriter, r *http.Request) {
+	req := cancelRequest{Reason: "cancelled through the API"}
+	a.runAction(w, r, &req, func(ctx context.Context, id string) error { return a.e.Cancel(ctx, id, req.Reason) })
+}
+
+// runAction decodes an optional body into req, applies act to the run and
+// answers the run as it is then.
+func (a *api) runAction(w http.ResponseWriter, r *http.Request, req any, act func(ctx context.Context, id string) error) {
 	id, ok := runID(w, r)
 	if !ok {
 		return
 	}
-	req := cancelRequest{Reason: "cancelled through the API"}
 	if r.ContentLength != 0 {
-		if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
+		if p := decode(w, r, a.opts.MaxBodyBytes, req); p != nil {
 			writeProblem(w, p)
 			return
 		}
 	}
-	if err := a.e.Cancel(r.Context(), id, req.Reason); err != nil {
+	if err := act(r.Context(), id); err != nil {
 		a.runError(w, r, id, err)
 		return
 	}
@@ -415,27 +421,8 @@ type redriveRequest struct {
 
 // redriveRun gives a run that failed on a step a fresh attempt budget.
 func (a *api) redriveRun(w http.ResponseWriter, r *http.Request) {
-	id, ok := runID(w, r)
-	if !ok {
-		return
-	}
 	req := redriveRequest{By: "the API"}
-	if r.ContentLength != 0 {
-		if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
-			writeProblem(w, p)
-			return
-		}
-	}
-	if err := a.e.Redrive(r.Context(), id, req.By); err != nil {
-		a.runError(w, r, id, err)
-		return
-	}
-	run, err := a.e.GetRun(r.Context(), id)
-	if err != nil {
-		a.runError(w, r, id, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, wireRun(run))
+	a.runAction(w, r, &req, func(ctx context.Context, id string) error { return a.e.Redrive(ctx, id, req.By) })
 }
 
 type signalRequest struct {
