@@ -57,10 +57,10 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		adv = &reprise.Advanced{Tasks: sc.leased}
 		switch {
 		case p.Finish == nil:
-			if run.status == reprise.RunPending || sc.children {
-				b.Queue(`UPDATE reprise_run SET status = 'running', has_children = has_children OR $2 WHERE id = $1`,
-					run.id, sc.children)
-			}
+			b.Queue(`
+				UPDATE reprise_run SET status = 'running', has_children = has_children OR $2, last_seq = $3, updated_at = $4
+				WHERE id = $1`,
+				run.id, sc.children, run.lastSeq, run.updatedAt)
 		case p.Finish.ContinueAsNew:
 			if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
 				return err
@@ -82,7 +82,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 				tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner})
 			}
 		}
-		a.queue(b)
+		a.queue(b, run.runHead)
 		adv.Events = a.eventsOf(run.runHead)
 		return nil
 	})

@@ -25,19 +25,19 @@ func finish(a *appender, b *pgx.Batch, run *lockedRun, f *reprise.RunFinish) err
 	return end(b, run, f.Status, f.Output, f.Error)
 }
 
-// end queues the update that ends the run and the removal of its tasks and
-// timers, so that results of running attempts are rejected. A failed run
-// keeps its failed steps, for RunRedrive. The appender advances the run's
-// head.
+// end queues the update that ends the run, after its last event, and the
+// removal of its tasks and timers, so that results of running attempts are
+// rejected. A failed run keeps its failed steps, for RunRedrive.
 func end(b *pgx.Batch, run *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) error {
 	encErr, err := encodeError(errInfo)
 	if err != nil {
 		return err
 	}
 	b.Queue(`
-		UPDATE reprise_run SET status = $2, output = $3::json, error = $4::json, owner = '', lease_until = NULL
+		UPDATE reprise_run SET status = $2, output = $3::json, error = $4::json, owner = '', lease_until = NULL,
+			last_seq = $5, updated_at = $6
 		WHERE id = $1`,
-		run.id, string(status), nullJSON(output), encErr)
+		run.id, string(status), nullJSON(output), encErr, run.lastSeq, run.updatedAt)
 	drop(b, []string{run.id}, status != reprise.RunFailed)
 	run.status = status
 	return nil
@@ -46,11 +46,11 @@ func end(b *pgx.Batch, run *lockedRun, status reprise.RunStatus, output json.Raw
 // drop queues the removal of the runs' tasks and timers, and of their
 // failed steps too when failedSteps is set.
 func drop(b *pgx.Batch, ids []string, failedSteps bool) {
-	b.Queue(`DELETE FROM reprise_task WHERE run_id = ANY($1)`, ids)
-	b.Queue(`DELETE FROM reprise_timer WHERE run_id = ANY($1)`, ids)
-	if failedSteps {
-		b.Queue(`DELETE FROM reprise_step_failed WHERE run_id = ANY($1)`, ids)
-	}
+	b.Queue(`
+		WITH tasks AS (DELETE FROM reprise_task WHERE run_id = ANY($1)),
+		failed AS (DELETE FROM reprise_step_failed WHERE $2 AND run_id = ANY($1))
+		DELETE FROM reprise_timer WHERE run_id = ANY($1)`,
+		ids, failedSteps)
 }
 
 // continueAsNew ends the run's execution and starts the next with input:
@@ -65,8 +65,10 @@ func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, input json.RawMess
 		return err
 	}
 	drop(b, []string{run.id}, true)
-	b.Queue(`UPDATE reprise_run SET status = 'running', execution = $2, input = $3::json WHERE id = $1`,
-		run.id, run.execution, nullJSON(input))
+	b.Queue(`
+		UPDATE reprise_run SET status = 'running', execution = $2, input = $3::json, last_seq = $4, updated_at = $5
+		WHERE id = $1`,
+		run.id, run.execution, nullJSON(input), run.lastSeq, run.updatedAt)
 	return nil
 }
 
@@ -153,7 +155,7 @@ func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*rep
 		if _, err := reportToParent(a, &tx.out, r, parent, reprise.RunCancelled, nil, nil); err != nil {
 			return err
 		}
-		a.queue(b)
+		a.queue(b, r.runHead)
 		if r.owner != "" {
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner})
 		}

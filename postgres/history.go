@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -109,16 +110,25 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 }
 
 // queue adds to b the statement that stores the events and advances the
-// runs' heads.
-func (a *appender) queue(b *pgx.Batch) {
+// runs' heads, but for those in updated: the caller's own update of those
+// rows sets their last_seq and updated_at.
+func (a *appender) queue(b *pgx.Batch, updated ...*runHead) {
 	if len(a.events) == 0 {
 		return
 	}
-	ids := make([]string, len(a.heads))
-	seqs := make([]int64, len(a.heads))
-	ats := make([]time.Time, len(a.heads))
-	for i, h := range a.heads {
-		ids[i], seqs[i], ats[i] = h.id, h.lastSeq, h.updatedAt
+	var (
+		ids  []string
+		seqs []int64
+		ats  []time.Time
+	)
+	for _, h := range a.heads {
+		if !slices.Contains(updated, h) {
+			ids, seqs, ats = append(ids, h.id), append(seqs, h.lastSeq), append(ats, h.updatedAt)
+		}
+	}
+	if len(ids) == 0 {
+		a.queueEvents(b)
+		return
 	}
 	b.Queue(`
 		WITH appended AS (`+insertEvents+`)

@@ -307,12 +307,15 @@ func (r *lockedRun) active() bool { return !r.status.Final() }
 // of a child (which writes to its parent) and the end of its parent (which
 // cancels the child) wait for each other instead of deadlocking.
 func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
-	rows, err := tx.Query(ctx, `
-		SELECT `+lockedColumns+`, coalesce($1::timestamptz, now()) FROM reprise_run
-		WHERE id = ANY(ARRAY[$2, CASE WHEN $3 THEN (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2) END])
-		ORDER BY id = $2
-		FOR UPDATE`,
-		clock, id, withParent)
+	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run WHERE id = $2 FOR UPDATE`
+	if withParent {
+		query = `
+			SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run
+			WHERE id = ANY(ARRAY[$2, (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2)])
+			ORDER BY id = $2
+			FOR UPDATE`
+	}
+	rows, err := tx.Query(ctx, query, clock, id)
 	if err != nil {
 		return nil, nil, now, err
 	}
