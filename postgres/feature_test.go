@@ -268,3 +268,28 @@ func TestParentAndChildEndTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestRunCreateChildIsCancelledWithItsParent creates a child through
+// RunCreate rather than RunAdvance: its parent still knows to look for it.
+func TestRunCreateChildIsCancelledWithItsParent(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, newFakeClock().Now)
+	ctx := t.Context()
+	for _, p := range []*reprise.RunCreateParams{
+		{ID: "p", Workflow: "wf"},
+		{ID: "c", Workflow: "child", ParentID: "p", ParentPosition: 3, ParentExecution: 1},
+		{ID: "g", Workflow: "child", ParentID: "c", ParentPosition: 1, ParentExecution: 1},
+	} {
+		if _, _, err := s.RunCreate(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must[*reprise.Run](t)(s.RunCancel(ctx, &reprise.RunCancelParams{ID: "p", Reason: "test"}))
+	for _, id := range []string{"c", "g"} {
+		run := must[*reprise.Run](t)(s.RunGet(ctx, id))
+		history := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: id}))
+		if run.Status != reprise.RunCancelled || types(history) != "RunStarted RunCancelled" || history[1].Reason != "parent cancelled" {
+			t.Errorf("%s after its parent's cancel: %+v, history %s", id, run, types(history))
+		}
+	}
+}

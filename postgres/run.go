@@ -65,6 +65,18 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 	)
 	err := s.tx(ctx, func(tx *txn) error {
 		created = false // tx may run this again
+		if p.ParentID != "" {
+			// The parent first, as every transaction that locks both
+			// does; ending it then finds this child.
+			rows, err := tx.Query(ctx, `UPDATE reprise_run SET has_children = true WHERE id = $1`, p.ParentID)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
 		run, err := scanRun(tx.QueryRow(ctx, `
 			INSERT INTO reprise_run (id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at,
 				parent_id, parent_position, parent_execution)
@@ -93,10 +105,6 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		// The row already says last_seq 1, for RunStarted.
 		b := &tx.writes
 		a.queueEvents(b)
-		if p.ParentID != "" {
-			// Ending the parent looks for children to cancel.
-			b.Queue(`UPDATE reprise_run SET has_children = true WHERE id = $1 AND NOT has_children`, p.ParentID)
-		}
 		if p.Owner == "" {
 			tx.out.add(Notice{Kind: NoticeRunReady, RunID: run.ID, Workflow: run.Workflow})
 		}
