@@ -113,6 +113,9 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
+// LocalSteps returns the names of the steps this engine runs itself.
+func (e *Engine) LocalSteps() []string { return e.localSteps() }
+
 func (e *Engine) localSteps() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
