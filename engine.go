@@ -601,8 +601,11 @@ func (e *Engine) startRunner(lease RunLease, fresh bool) {
 	e.mu.Lock()
 	wf := e.workflows[lease.Run.Workflow]
 	if r := e.runners[lease.Run.ID]; r != nil {
-		// This engine's own lease lapsed and it claimed the run back.
-		r.token.Store(lease.Token)
+		// This engine's own lease lapsed and it claimed the run back. Tokens
+		// only grow: an older lease (a replay planned before the claim)
+		// must not replace the newer one.
+		for old := r.token.Load(); lease.Token > old && !r.token.CompareAndSwap(old, lease.Token); old = r.token.Load() {
+		}
 		e.mu.Unlock()
 		return
 	}
@@ -640,12 +643,44 @@ func (e *Engine) runnerFailed(r *runner, err error) {
 	e.log.Warn("run interrupted; replaying it later", "run_id", r.id, "err", err)
 	lease := RunLease{Run: &Run{ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution}, Token: r.token.Load()}
 	e.runnerDone(r, false)
+	e.replayLater(lease)
+}
+
+// runnerLeaseLost ends a runner whose write with token was refused. If
+// this engine claimed the run again meanwhile (its lease had lapsed under
+// load, and the claim stored a newer token in the runner after the write
+// was sent), the run is still this engine's, renewed with its other runs:
+// replay it at once under the newer token, or no engine ever would.
+func (e *Engine) runnerLeaseLost(r *runner, token int64) {
+	e.runnerDone(r, false)
+	// Once r is out of e.runners no claim can store a token in it.
+	if newer := r.token.Load(); newer != token {
+		e.startRunner(RunLease{Token: newer, Run: &Run{
+			ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution, ParentID: r.parentID,
+		}}, false)
+	}
+}
+
+// replayLater starts a runner for a run this engine holds after
+// PollInterval, and tries again while the store fails: this engine renews
+// the run's lease all along, so no other engine would take the run over.
+func (e *Engine) replayLater(lease RunLease) {
 	e.clock.AfterFunc(e.cfg.PollInterval, func() {
-		if run, err := e.store.RunGet(e.storeCtx, lease.Run.ID); err == nil && !run.Status.Final() {
+		run, err := e.store.RunGet(e.storeCtx, lease.Run.ID)
+		switch {
+		case err == nil && !run.Status.Final():
 			lease.Run = run
 			e.startRunner(lease, false)
+		case err != nil && !errors.Is(err, ErrNotFound) && e.isRunning():
+			e.replayLater(lease)
 		}
 	})
+}
+
+func (e *Engine) isRunning() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.running
 }
 
 // deliver hands what a store call appended to the runner that waits for it.

@@ -108,6 +108,12 @@ type future struct {
 	err error
 }
 
+// leaseLostError says a write with the run lease's token was refused.
+type leaseLostError struct{ token int64 }
+
+func (e *leaseLostError) Error() string { return fmt.Sprintf("run lease lost (token %d)", e.token) }
+func (e *leaseLostError) Unwrap() error { return ErrLeaseLost }
+
 // runExit unwinds a workflow goroutine without recording anything: the run
 // was cancelled, its lease lost, or the engine is stopping.
 type runExit struct{ cause error }
@@ -205,6 +211,10 @@ func (r *runner) run(fresh bool) {
 	}
 	finish, exit := r.execute()
 	if exit != nil {
+		if lost, ok := errors.AsType[*leaseLostError](exit.cause); ok {
+			e.runnerLeaseLost(r, lost.token)
+			return
+		}
 		if exit.cause != nil && !errors.Is(exit.cause, ErrCancelled) && !errors.Is(exit.cause, ErrShutdown) {
 			e.runnerFailed(r, exit.cause)
 			return
@@ -213,9 +223,12 @@ func (r *runner) run(fresh bool) {
 		return
 	}
 	// Pending select cancels go with the end, so the history says so.
-	adv, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Cancels: r.cancels, Finish: finish})
+	token := r.token.Load()
+	adv, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: token, Cancels: r.cancels, Finish: finish})
 	switch {
-	case errors.Is(err, ErrLeaseLost), errors.Is(err, ErrRunFinished):
+	case errors.Is(err, ErrLeaseLost):
+		e.runnerLeaseLost(r, token)
+	case errors.Is(err, ErrRunFinished):
 		e.runnerDone(r, false)
 	case err != nil:
 		e.runnerFailed(r, fmt.Errorf("finish run: %w", err))
@@ -464,14 +477,18 @@ func (r *runner) flush() {
 		return
 	}
 	reserved := r.e.reserve(r.steps)
+	token := r.token.Load()
 	adv, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
-		RunID: r.id, Token: r.token.Load(), Steps: r.steps, Timers: r.timers,
+		RunID: r.id, Token: token, Steps: r.steps, Timers: r.timers,
 		Markers: r.markers, Children: r.children, Cancels: r.cancels,
 		LeaseOwner: r.e.id, LeaseTTL: r.e.cfg.LeaseTTL,
 	})
 	if err != nil {
 		r.e.unreserve(reserved)
-		if errors.Is(err, ErrLeaseLost) || errors.Is(err, ErrRunFinished) {
+		if errors.Is(err, ErrLeaseLost) {
+			panic(runExit{&leaseLostError{token}})
+		}
+		if errors.Is(err, ErrRunFinished) {
 			panic(runExit{})
 		}
 		panic(runExit{fmt.Errorf("advance run: %w", err)})
