@@ -1,0 +1,144 @@
+package multiproc
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/internal/bench"
+	"reprise/postgres"
+	"reprise/sqlite"
+)
+
+// BenchmarkProcesses measures steps/s of 1, 2 and 4 engine processes on one
+// PostgreSQL schema: b.N one-step runs of the bench workload, created
+// unowned by the test process (as `reprise run --db` does) and claimed by
+// the engines; fail=2 makes each step fail twice, retried at once, before it
+// succeeds. Every attempt is recorded in the history. Run it with a fixed
+// count of runs, e.g. -benchtime 3000x; docs/benchmarks.md has the command.
+func BenchmarkProcesses(b *testing.B) {
+	dsn := testDSN(b)
+	for _, procs := range []int{1, 2, 4} {
+		for _, fail := range []int{0, 2} {
+			b.Run(fmt.Sprintf("procs=%d/fail=%d", procs, fail), func(b *testing.B) {
+				c := newCluster(b, dsn)
+				for i := range procs {
+					c.start(fmt.Sprintf("engine-%d", i), 5*time.Second, 100)
+				}
+				ctx := context.Background()
+				input := fmt.Sprintf(`{"fail":%d}`, fail)
+				b.ResetTimer()
+				start := time.Now()
+				if err := c.createRuns(ctx, "bench", "bench.one-step", b.N, func(int) string { return input }); err != nil {
+					b.Fatal(err)
+				}
+				c.waitFinished(ctx, b.N, 5*time.Millisecond, 10*time.Minute)
+				elapsed := time.Since(start)
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "steps/s")
+				b.ReportMetric(float64(b.N*(fail+1))/elapsed.Seconds(), "attempts/s")
+				if fail > 0 {
+					b.ReportMetric(float64(retryLateness(b, c.store, "bench", b.N, 99))/1e6, "p99-retry-late-ms")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkInProcess runs the same workload in one process through
+// bench.RunThroughput (StartRun and Wait, 100 runs in flight), on SQLite
+// and on PostgreSQL: the comparison with the embedded store, and the
+// profile of the engine's own work (-cpuprofile sees this process only).
+func BenchmarkInProcess(b *testing.B) {
+	for _, db := range []string{"sqlite", "postgres"} {
+		for _, fail := range []int{0, 2} {
+			b.Run(fmt.Sprintf("db=%s/fail=%d", db, fail), func(b *testing.B) {
+				var store reprise.Store
+				var err error
+				switch db {
+				case "sqlite":
+					store, err = sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
+				case "postgres":
+					c := newCluster(b, testDSN(b))
+					store, err = postgres.Open(context.Background(), c.dsn, &postgres.Options{Schema: c.schema, NoMigrate: true, MaxConns: 10})
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer store.Close()
+				e, err := reprise.New(reprise.Config{Store: store})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := e.Register(bench.Definitions()...); err != nil {
+					b.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- e.Run(ctx) }()
+				defer func() { cancel(); <-done }()
+				b.ResetTimer()
+				res, err := bench.RunThroughput(ctx, e, b.N, 100, fail)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				b.ReportMetric(res.StepsPerSec(), "steps/s")
+				b.ReportMetric(res.AttemptsPerSec(), "attempts/s")
+				if fail > 0 {
+					runs, err := store.RunList(ctx, &reprise.RunListParams{Limit: 500})
+					if err != nil {
+						b.Fatal(err)
+					}
+					var late []time.Duration
+					for _, r := range runs {
+						late = append(late, lateness(b, store, r.ID)...)
+					}
+					b.ReportMetric(float64(percentile(late, 99))/1e6, "p99-retry-late-ms")
+				}
+			})
+		}
+	}
+}
+
+// retryLateness returns the p-th percentile of how late retries started
+// against their retry_at, over up to 500 of the runs prefix-0...
+func retryLateness(b *testing.B, store reprise.Store, prefix string, n, p int) time.Duration {
+	var late []time.Duration
+	for i := 0; i < n; i += max(1, n/500) {
+		late = append(late, lateness(b, store, fmt.Sprintf("%s-%d", prefix, i))...)
+	}
+	return percentile(late, p)
+}
+
+// lateness lists, for each retry of a run, how long after its retry_at its
+// attempt started.
+func lateness(b *testing.B, store reprise.Store, id string) []time.Duration {
+	events, err := store.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var late []time.Duration
+	retryAt := map[int]time.Time{} // by position
+	for _, ev := range events {
+		switch {
+		case ev.Type == reprise.EventAttemptFailed && !ev.RetryAt.IsZero():
+			retryAt[ev.Position] = ev.RetryAt
+		case ev.Type == reprise.EventAttemptStarted && ev.Attempt > 1:
+			late = append(late, ev.At.Sub(retryAt[ev.Position]))
+		}
+	}
+	return late
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	slices.Sort(d)
+	return d[min(len(d)-1, len(d)*p/100)]
+}

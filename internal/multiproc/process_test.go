@@ -1,0 +1,303 @@
+package multiproc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reprise"
+	"reprise/internal/bench"
+	"reprise/postgres"
+)
+
+// Environment of an engine process (TestEngineProcess).
+const (
+	envWorker      = "REPRISE_MULTIPROC_WORKER" // the engine's WorkerID; set only in an engine process
+	envDSN         = "REPRISE_MULTIPROC_DSN"
+	envSchema      = "REPRISE_MULTIPROC_SCHEMA"
+	envLeaseTTL    = "REPRISE_MULTIPROC_LEASE_TTL"
+	envConcurrency = "REPRISE_MULTIPROC_CONCURRENCY"
+)
+
+// TestEngineProcess is an engine process: the parent test runs this test
+// binary again with envWorker set. It runs an engine with the chaos and the
+// bench workloads on the given schema until SIGTERM (or SIGKILL).
+func TestEngineProcess(t *testing.T) {
+	id := os.Getenv(envWorker)
+	if id == "" {
+		t.Skip("only runs as an engine process started by the other tests")
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ttl, err := time.ParseDuration(os.Getenv(envLeaseTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	concurrency, err := strconv.Atoi(os.Getenv(envConcurrency))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	store, err := postgres.Open(ctx, os.Getenv(envDSN), &postgres.Options{
+		Schema: os.Getenv(envSchema), NoMigrate: true, Logger: log,
+		MaxConns: int32(max(4, concurrency/10)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	e, err := reprise.New(reprise.Config{
+		Store: store, WorkerID: id, Logger: log,
+		LeaseTTL: ttl, RunLeaseTTL: 2 * ttl, PollInterval: 200 * time.Millisecond,
+		MaxConcurrentSteps: concurrency, ShutdownGrace: time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(append(bench.Definitions(), chaosWorkflow, chaosStep)...); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Println("engine ready")
+	if err := e.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A cluster is a schema of its own on a PostgreSQL server, and the engine
+// processes working on it.
+type cluster struct {
+	t      testing.TB
+	dsn    string
+	schema string
+	store  *postgres.Store // the test's own, to create runs and read them
+	pool   *pgxpool.Pool   // the test's own statements
+
+	mu    sync.Mutex
+	procs map[string]*process
+}
+
+type process struct {
+	id   string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+}
+
+// newCluster creates a schema on the server at dsn, migrated, and drops it
+// when the test ends.
+func newCluster(t testing.TB, dsn string) *cluster {
+	t.Helper()
+	schema := fmt.Sprintf("reprise_multiproc_%d", time.Now().UnixNano()%1e12)
+	ctx := context.Background()
+	if err := postgres.Migrate(ctx, dsn, &postgres.Options{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, dsn: dsn, schema: schema, procs: map[string]*process{}}
+	var err error
+	if c.store, err = postgres.Open(ctx, dsn, &postgres.Options{Schema: schema, NoMigrate: true, MaxConns: 8}); err != nil {
+		t.Fatal(err)
+	}
+	if c.pool, err = pgxpool.New(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.stopAll()
+		c.store.Close()
+		// The server may be restarting: try a few times.
+		for range 20 {
+			_, err = c.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+			if err == nil {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+		c.pool.Close()
+	})
+	return c
+}
+
+// start starts an engine process and waits until it is ready.
+func (c *cluster) start(id string, leaseTTL time.Duration, concurrency int) {
+	c.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestEngineProcess$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(),
+		envWorker+"="+id, envDSN+"="+c.dsn, envSchema+"="+c.schema,
+		envLeaseTTL+"="+leaseTTL.String(), envConcurrency+"="+strconv.Itoa(concurrency))
+	p := &process{id: id, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if err := cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	go func() { cmd.Wait(); close(p.done) }()
+	c.mu.Lock()
+	c.procs[id] = p
+	c.mu.Unlock()
+	deadline := time.Now().Add(60 * time.Second)
+	for !strings.Contains(p.out.String(), "engine ready") {
+		select {
+		case <-p.done:
+			c.t.Fatalf("engine process %s exited before it was ready:\n%s", id, p.out)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("engine process %s not ready after a minute:\n%s", id, p.out)
+		}
+	}
+}
+
+// kill sends SIGKILL to a process and waits for it to die.
+func (c *cluster) kill(id string) {
+	c.mu.Lock()
+	p := c.procs[id]
+	delete(c.procs, id)
+	c.mu.Unlock()
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stopAll stops every process with SIGTERM, and reports those that failed
+// or died on their own.
+func (c *cluster) stopAll() {
+	c.mu.Lock()
+	procs := c.procs
+	c.procs = map[string]*process{}
+	c.mu.Unlock()
+	for _, p := range procs {
+		select {
+		case <-p.done:
+			c.t.Errorf("engine process %s exited early: %v\n%s", p.id, p.cmd.ProcessState, p.out)
+			continue
+		default:
+		}
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+			c.t.Errorf("engine process %s did not stop on SIGTERM:\n%s", p.id, p.out)
+			continue
+		}
+		if !p.cmd.ProcessState.Success() {
+			c.t.Errorf("engine process %s: %v\n%s", p.id, p.cmd.ProcessState, p.out)
+		} else if testing.Verbose() && strings.Contains(p.out.String(), "level=") {
+			c.t.Logf("engine process %s logged:\n%s", p.id, p.out)
+		}
+	}
+}
+
+// createRuns creates n unowned runs of workflow, ids prefix-0..., with
+// input(i) as input, for the engines to claim.
+func (c *cluster) createRuns(ctx context.Context, prefix, workflow string, n int, input func(i int) string) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				_, _, err := c.store.RunCreate(ctx, &reprise.RunCreateParams{
+					ID: fmt.Sprintf("%s-%d", prefix, i), Workflow: workflow, Input: []byte(input(i)),
+				})
+				if err != nil {
+					errs <- fmt.Errorf("create run %d: %w", i, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// finished counts the runs in an end state; a broken connection (the
+// server restarting) counts as -1.
+func (c *cluster) finished(ctx context.Context) int {
+	var n int
+	err := c.pool.QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{c.schema}.Sanitize()+
+		".reprise_run WHERE status IN ('completed', 'failed', 'cancelled')").Scan(&n)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// waitFinished waits until n runs are finished, or fails the test after
+// timeout.
+func (c *cluster) waitFinished(ctx context.Context, n int, poll, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for c.finished(ctx) < n {
+		if time.Now().After(deadline) {
+			c.mu.Lock()
+			for _, p := range c.procs {
+				c.t.Logf("engine process %s:\n%s", p.id, p.out)
+			}
+			c.mu.Unlock()
+			c.dumpUnfinished(ctx)
+			c.t.Fatalf("%d of %d runs finished after %v", c.finished(ctx), n, timeout)
+		}
+		time.Sleep(poll)
+	}
+}
+
+// dumpUnfinished logs the runs that have not finished, their tasks and
+// their last events, to tell why.
+func (c *cluster) dumpUnfinished(ctx context.Context) {
+	q := pgx.Identifier{c.schema}.Sanitize()
+	rows, err := c.pool.Query(ctx, `SELECT r.id, r.status, r.owner, r.token, r.lease_until, now(),
+		coalesce((SELECT string_agg(format('task %s pos %s attempt %s owner %L token %s ready_at %s lease_until %s', t.id, t.position, t.attempt, t.owner, t.token, t.ready_at, t.lease_until), '; ') FROM `+q+`.reprise_task t WHERE t.run_id = r.id), ''),
+		coalesce((SELECT string_agg(format('%s %s', e.seq, e.data), E'\n    ' ORDER BY e.seq) FROM `+q+`.reprise_event e WHERE e.run_id = r.id AND e.seq > r.last_seq - 4), '')
+		FROM `+q+`.reprise_run r WHERE r.status NOT IN ('completed', 'failed', 'cancelled') ORDER BY r.id LIMIT 10`)
+	if err != nil {
+		c.t.Logf("dump unfinished runs: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, status, owner, tasks, events string
+		var token int64
+		var leaseUntil *time.Time
+		var now time.Time
+		if err := rows.Scan(&id, &status, &owner, &token, &leaseUntil, &now, &tasks, &events); err != nil {
+			c.t.Logf("dump unfinished runs: %v", err)
+			return
+		}
+		c.t.Logf("run %s %s owner %q token %d lease_until %v (now %v)\n  tasks: %s\n  last events:\n    %s", id, status, owner, token, leaseUntil, now, tasks, events)
+	}
+}
+
+// syncBuffer is a bytes buffer for a child's output, safe to read while the
+// child writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
