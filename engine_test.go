@@ -195,12 +195,14 @@ func TestCancelDuringBackoff(t *testing.T) {
 }
 
 // waitFor polls cond in real time for the engine's goroutines to progress.
+// The bound is generous: CI runs every package at once under -race, with
+// several engine processes busy beside it.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10s")
+			t.Fatal("condition not met within 30s")
 		}
 		time.Sleep(time.Millisecond)
 	}
