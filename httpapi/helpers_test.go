@@ -27,7 +27,7 @@ type testServer struct {
 
 func newTestServer(t testing.TB, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Synchronous: "OFF"})
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
