@@ -389,6 +389,14 @@ type TaskFailParams struct {
 	// Expired is set by the lease reaper: the write then requires the lease
 	// to have lapsed, where a worker's write requires it not to have.
 	Expired bool
+	// LeaseNext, with Retry and a zero Delay, starts the next attempt at
+	// once in the same transaction, leased to LeaseOwner for LeaseTTL as
+	// TaskClaim would lease it (AttemptStarted follows AttemptFailed); the
+	// task is returned in Outcome.Next. A worker that retries at once so
+	// skips a round trip through the queue.
+	LeaseNext  bool
+	LeaseOwner string
+	LeaseTTL   time.Duration
 }
 
 // An Outcome is what a store call appended to a run's history, and who to
@@ -398,6 +406,8 @@ type Outcome struct {
 	// Owner holds the run's lease; empty when none does.
 	Owner  string
 	Events []Event
+	// Next is the attempt TaskFail started at once (LeaseNext), or nil.
+	Next *Task
 }
 
 // TaskListExpiredParams lists lapsed leases.
