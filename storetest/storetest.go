@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) reprise.Sto
 	t.Run("TaskHeartbeat", func(t *testing.T) { t.Parallel(); testTaskHeartbeat(t, open) })
 	t.Run("TaskComplete", func(t *testing.T) { t.Parallel(); testTaskComplete(t, open) })
 	t.Run("TaskFail", func(t *testing.T) { t.Parallel(); testTaskFail(t, open) })
+	t.Run("TaskFailLeaseNext", func(t *testing.T) { t.Parallel(); testTaskFailLeaseNext(t, open) })
 	t.Run("TaskListExpired", func(t *testing.T) { t.Parallel(); testTaskListExpired(t, open) })
 	t.Run("TimerFire", func(t *testing.T) { t.Parallel(); testTimerFire(t, open) })
 	t.Run("NextWake", func(t *testing.T) { t.Parallel(); testNextWake(t, open) })

@@ -1,0 +1,245 @@
+package storetest
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"reprise"
+)
+
+// leaseNextParams retries the task's attempt at once, leasing the next
+// attempt to owner for ttl.
+func leaseNextParams(task *reprise.Task, owner string, ttl time.Duration) *reprise.TaskFailParams {
+	p := retryParams(task, 0)
+	p.LeaseNext, p.LeaseOwner, p.LeaseTTL = true, owner, ttl
+	return p
+}
+
+// retryLeased retries the task's attempt at once, leasing the next attempt
+// to owner for ttl, and returns the outcome.
+func (f *fixture) retryLeased(task *reprise.Task, owner string, ttl time.Duration) *reprise.Outcome {
+	f.t.Helper()
+	out, err := f.store.TaskFail(f.t.Context(), leaseNextParams(task, owner, ttl))
+	if err != nil {
+		f.t.Fatalf("TaskFail(%d, LeaseNext): %v", task.ID, err)
+	}
+	return out
+}
+
+func testTaskFailLeaseNext(t *testing.T, open Open) {
+	netErr := reprise.ErrorInfo{Type: "NetworkError", Message: "connection reset"}
+
+	t.Run("StartsTheNextAttemptAsAClaimWould", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		s := withTimeout(newStep(1, "charge"), time.Hour)
+		f.schedule("run-1", s)
+		first := f.claimOne("charge")
+		f.clock.Advance(time.Second)
+		now := f.now()
+
+		out := f.retryLeased(first, worker2, minute)
+		want := []reprise.Event{
+			{
+				Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+				Position: 1, Step: "charge", Attempt: 1, Error: &netErr,
+				RetryAt: now, Rule: "[retry: 3, backoff: 1s]",
+			},
+			{
+				Seq: 5, Type: reprise.EventAttemptStarted, At: now, Execution: 1,
+				Position: 1, Step: "charge", Attempt: 2, Worker: worker2,
+				LeaseUntil: now.Add(minute), IdempotencyKey: s.IdempotencyKey,
+			},
+		}
+		if out.RunID != "run-1" || out.Owner != engine {
+			t.Fatalf("Outcome = %+v, want run-1 owned by %s", out, engine)
+		}
+		requireEvents(t, out.Events, want)
+		requireEvents(t, f.history("run-1")[3:], want)
+
+		next := out.Next
+		if next == nil {
+			t.Fatal("Outcome.Next = nil, want the next attempt")
+		}
+		if next.Token == 0 || next.Token == first.Token {
+			t.Fatalf("Next.Token = %d, want a new token (old %d)", next.Token, first.Token)
+		}
+		wantTask := *first
+		wantTask.Attempt, wantTask.Token = 2, next.Token
+		wantTask.StartedAt, wantTask.LeaseUntil = now, now.Add(minute)
+		if !reflect.DeepEqual(normTask(next), normTask(&wantTask)) {
+			t.Fatalf("Outcome.Next = %+v, want %+v", next, wantTask)
+		}
+		stored, err := f.store.TaskGet(t.Context(), next.ID)
+		if err != nil {
+			t.Fatalf("TaskGet: %v", err)
+		}
+		if !reflect.DeepEqual(normTask(stored), normTask(next)) {
+			t.Fatalf("TaskGet = %+v, want Outcome.Next %+v", stored, next)
+		}
+		requireWake(f, nil, reprise.Wake{Lease: now.Add(minute)})
+
+		// Leased, the task cannot be claimed, up to the lease's last instant.
+		f.claimNone("charge")
+		f.clock.Advance(minute - time.Microsecond)
+		f.claimNone("charge")
+
+		// The failed attempt's token is fenced off.
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
+			return err
+		})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: first.ID, Token: first.Token, LeaseTTL: minute})
+			return err
+		})
+		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+			_, err := f.store.TaskFail(t.Context(), leaseNextParams(first, worker, minute))
+			return err
+		})
+
+		// The new one completes the step.
+		done := f.complete(next)
+		if len(done.Events) != 1 || done.Events[0].Type != reprise.EventStepCompleted || done.Events[0].Attempt != 2 {
+			t.Fatalf("TaskComplete events = %s, want StepCompleted of attempt 2", dump(done.Events))
+		}
+		f.clock.Advance(time.Hour)
+		f.claimNone("charge")
+	})
+
+	t.Run("LeaseIsCutToTimeout", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", withTimeout(newStep(1, "charge"), 10*time.Second))
+		first := f.claimOne("charge")
+		f.clock.Advance(3 * time.Second)
+		now := f.now()
+
+		next := f.retryLeased(first, worker, minute).Next
+		if next == nil {
+			t.Fatal("Outcome.Next = nil, want the next attempt")
+		}
+		requireTime(t, "LeaseUntil", next.LeaseUntil, now.Add(10*time.Second))
+		requireTime(t, "AttemptStarted.LeaseUntil", f.last("run-1", 1)[0].LeaseUntil, now.Add(10*time.Second))
+		// The new attempt's timeout runs from its own start.
+		f.clock.Advance(5 * time.Second)
+		until, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: next.ID, Token: next.Token, LeaseTTL: minute})
+		if err != nil {
+			t.Fatalf("TaskHeartbeat: %v", err)
+		}
+		requireTime(t, "heartbeat LeaseUntil", until, now.Add(10*time.Second))
+		f.clock.Advance(5 * time.Second)
+		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		if err != nil {
+			t.Fatalf("TaskListExpired: %v", err)
+		}
+		if len(expired) != 1 || expired[0].ID != next.ID || expired[0].Token != next.Token || expired[0].Attempt != 2 {
+			t.Fatalf("TaskListExpired = %+v, want the leased attempt 2", expired)
+		}
+	})
+
+	t.Run("IgnoredWithADelayOrWithoutRetry", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		first := f.claimOne("charge")
+		now := f.now()
+		p := leaseNextParams(first, worker, minute)
+		p.Delay = 10 * time.Second
+		out, err := f.store.TaskFail(t.Context(), p)
+		if err != nil {
+			t.Fatalf("TaskFail(LeaseNext, Delay): %v", err)
+		}
+		if out.Next != nil {
+			t.Fatalf("Outcome.Next = %+v with a delay, want nil", out.Next)
+		}
+		requireEvents(t, out.Events, []reprise.Event{{
+			Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+			Position: 1, Step: "charge", Attempt: 1, Error: &netErr,
+			Delay: 10 * time.Second, RetryAt: now.Add(10 * time.Second), Rule: "[retry: 3, backoff: 1s]",
+		}})
+		requireWake(f, nil, reprise.Wake{Task: now.Add(10 * time.Second)})
+		f.claimNone("charge")
+		f.clock.Advance(10 * time.Second)
+		second := f.claimOne("charge")
+		if second.Attempt != 2 {
+			t.Fatalf("claimed attempt %d, want 2", second.Attempt)
+		}
+
+		p = leaseNextParams(second, worker, minute)
+		p.Retry, p.Reason = false, "exhausted"
+		out, err = f.store.TaskFail(t.Context(), p)
+		if err != nil {
+			t.Fatalf("TaskFail(LeaseNext, no Retry): %v", err)
+		}
+		if out.Next != nil {
+			t.Fatalf("Outcome.Next = %+v without Retry, want nil", out.Next)
+		}
+		if len(out.Events) != 2 || out.Events[1].Type != reprise.EventStepFailed {
+			t.Fatalf("events = %s, want AttemptFailed, StepFailed", dump(out.Events))
+		}
+		f.clock.Advance(time.Hour)
+		f.claimNone("charge")
+	})
+
+	t.Run("WithoutOwnerOrTTLIsAnError", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		first := f.claimOne("charge")
+		for _, p := range []*reprise.TaskFailParams{
+			leaseNextParams(first, "", minute),
+			leaseNextParams(first, worker, 0),
+			leaseNextParams(first, worker, -minute),
+		} {
+			before := f.history("run-1")
+			out, err := f.store.TaskFail(t.Context(), p)
+			if err == nil {
+				t.Fatalf("TaskFail(LeaseOwner %q, LeaseTTL %v) = %+v, want an error", p.LeaseOwner, p.LeaseTTL, out)
+			}
+			requireEvents(t, f.history("run-1"), before)
+			got, err := f.store.TaskGet(t.Context(), first.ID)
+			if err != nil {
+				t.Fatalf("TaskGet: %v", err)
+			}
+			if !reflect.DeepEqual(normTask(got), normTask(first)) {
+				t.Fatalf("task changed by a rejected TaskFail: %+v, want %+v", got, first)
+			}
+		}
+		// The attempt's lease still holds.
+		f.complete(first)
+	})
+
+	t.Run("LapsesCountAsTaskFailCounts", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claimOne("charge")
+		// The reaper retries a lapsed lease at once: the count goes up.
+		f.clock.Advance(minute)
+		p := leaseNextParams(task, worker, minute)
+		p.Expired = true
+		out, err := f.store.TaskFail(t.Context(), p)
+		if err != nil {
+			t.Fatalf("TaskFail(Expired, LeaseNext): %v", err)
+		}
+		if out.Next == nil || out.Next.Lapses != 1 || out.Next.Attempt != 2 {
+			t.Fatalf("Outcome.Next = %+v, want attempt 2 with Lapses 1", out.Next)
+		}
+		// A reported failure resets it.
+		next := f.retryLeased(out.Next, worker, minute).Next
+		if next == nil || next.Lapses != 0 || next.Attempt != 3 {
+			t.Fatalf("Outcome.Next = %+v, want attempt 3 with Lapses 0", next)
+		}
+		if got, err := f.store.TaskGet(t.Context(), next.ID); err != nil || got.Lapses != 0 {
+			t.Fatalf("TaskGet = %+v, %v: want Lapses 0", got, err)
+		}
+		f.complete(next)
+	})
+}
