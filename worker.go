@@ -16,6 +16,7 @@ import (
 // attempt is a step attempt running in this engine.
 type attempt struct {
 	task   *Task
+	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// stopping is set by whichever comes first: the step returning, or
 	// the engine cancelling it. A cancelled step is expected back soon, so
@@ -220,13 +221,13 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 	return len(tasks) > 0 && len(tasks) >= min(want, free)
 }
 
-// startAttempt runs one claimed attempt in its own goroutine.
+// startAttempt runs one claimed attempt in its own goroutine. A failure
+// retried at once starts the next attempt in the same transaction that
+// records it (TaskFail's LeaseNext), and the same goroutine runs it.
 func (e *Engine) startAttempt(t *Task) {
 	e.mu.Lock()
 	s := e.steps[t.Step]
-	actx, cancel := context.WithCancelCause(e.workCtx)
-	a := &attempt{task: t, cancel: cancel}
-	e.attempts[t.ID] = a
+	a := e.newAttemptLocked(t)
 	e.perStep[t.Step]++
 	e.workWG.Add(1)
 	e.mu.Unlock()
@@ -235,29 +236,43 @@ func (e *Engine) startAttempt(t *Task) {
 	go func() {
 		defer e.workWG.Done()
 		defer e.busy.Add(-1)
-		defer e.endAttempt(a)
-		e.runAttempt(actx, a, s)
+		for a != nil {
+			a = e.nextAttempt(a, e.runAttempt(a, s))
+		}
 	}()
 }
 
-func (e *Engine) endAttempt(a *attempt) {
+// newAttemptLocked registers an attempt of t; e.mu must be held.
+func (e *Engine) newAttemptLocked(t *Task) *attempt {
+	ctx, cancel := context.WithCancelCause(e.workCtx)
+	a := &attempt{task: t, ctx: ctx, cancel: cancel}
+	e.attempts[t.ID] = a
+	return a
+}
+
+// nextAttempt ends attempt a and returns the attempt that follows it at
+// once, or nil when its slot is free again.
+func (e *Engine) nextAttempt(a *attempt, next *Task) *attempt {
 	a.cancel(nil)
+	e.act.Add(1)
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if next != nil && e.running {
+		return e.newAttemptLocked(next)
+	}
 	delete(e.attempts, a.task.ID)
 	e.perStep[a.task.Step]--
-	e.mu.Unlock()
-	e.act.Add(1)
 	e.kick()
+	return nil
 }
 
 // runAttempt calls the step under its timeout, keeps its lease alive and
 // records the outcome.
-func (e *Engine) runAttempt(ctx context.Context, a *attempt, s *stepEntry) {
-	t := a.task
+func (e *Engine) runAttempt(a *attempt, s *stepEntry) (next *Task) {
+	ctx, t := a.ctx, a.task
 	pol, err := e.decodePolicy(t.Policy)
 	if err != nil {
-		e.finishAttempt(t, nil, retry.Permanent(err), pol)
-		return
+		return e.finishAttempt(t, nil, retry.Permanent(err), pol)
 	}
 	start := e.clock.Now()
 	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey}
@@ -292,9 +307,9 @@ func (e *Engine) runAttempt(ctx context.Context, a *attempt, s *stepEntry) {
 	case errors.Is(cause, ErrShutdown), errors.Is(cause, ErrCancelled), errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrStepCancelled):
 		// The lease lapses (shutdown) or is already gone: nothing to record.
 		e.log.Debug("attempt abandoned", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "cause", cause)
-		return
+		return nil
 	}
-	e.finishAttempt(t, out, err, pol)
+	return e.finishAttempt(t, out, err, pol)
 }
 
 // attemptLimit is how long an attempt may run: the policy's timeout, cut
@@ -359,8 +374,10 @@ func (e *Engine) heartbeat(a *attempt) (stop func()) {
 	}
 }
 
-// finishAttempt records the attempt's outcome and tells the run.
-func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *retry.Policy) {
+// finishAttempt records the attempt's outcome and tells the run. A
+// failure retried at once has its next attempt started in the same
+// transaction; finishAttempt returns it.
+func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *retry.Policy) (next *Task) {
 	var o *Outcome
 	var serr error
 	if err == nil {
@@ -369,7 +386,11 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *ret
 		}
 		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out})
 	} else {
-		o, serr = e.store.TaskFail(e.storeCtx, e.failParams(t, err, pol, false))
+		p := e.failParams(t, err, pol, false)
+		if p.Retry && p.Delay == 0 && e.isRunning() {
+			p.LeaseNext, p.LeaseOwner, p.LeaseTTL = true, e.id, e.cfg.LeaseTTL
+		}
+		o, serr = e.store.TaskFail(e.storeCtx, p)
 	}
 	switch {
 	case errors.Is(serr, ErrLeaseLost):
@@ -378,7 +399,9 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *ret
 		e.log.Warn("record attempt", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "err", serr)
 	default:
 		e.deliver(o)
+		return o.Next
 	}
+	return nil
 }
 
 // failParams applies the policy to a failed attempt.
