@@ -262,6 +262,10 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 // TaskFail records a failed attempt and the policy's decision: the task is
 // ready again at the retry time, or the step fails and the task goes.
 func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
+	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
+	if leaseNext && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
+		return nil, fmt.Errorf("fail task %d: next attempt is to be leased: want LeaseOwner and LeaseTTL", p.TaskID)
+	}
 	var out *reprise.Outcome
 	err := s.write(ctx, func(tx *txn) error {
 		a, err := tx.leasedAttempt(p.TaskID, p.Token, p.Expired)
@@ -287,6 +291,10 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			return err
 		}
 		failed.Delay, failed.RetryAt = p.Delay, tx.now.Add(p.Delay)
+		if leaseNext {
+			out, err = tx.retryLeased(p, a, failed)
+			return err
+		}
 		// A lapsed lease counts towards the poison count; any other
 		// result resets it.
 		_, err = tx.exec(`
@@ -303,6 +311,37 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 	if err != nil {
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
+	return out, nil
+}
+
+// retryLeased retries a failed attempt at once: the task's next attempt
+// starts under a new token, leased to p.LeaseOwner as a claim would lease
+// it, in the same statement that releases the failed one. AttemptStarted
+// follows AttemptFailed, and the leased task is the outcome's Next.
+func (tx *txn) retryLeased(p *reprise.TaskFailParams, a attempt, failed reprise.Event) (*reprise.Outcome, error) {
+	next, err := scanTask(tx.queryRow(`
+		UPDATE tasks SET attempt = attempt + 1, token = token + 1, owner = ?1, ready_at = ?2, started_at = ?2,
+			first_started_at = coalesce(first_started_at, ?2),
+			lease_until = ?2 + CASE WHEN timeout > 0 AND timeout < ?3 THEN timeout ELSE ?3 END,
+			lapses = CASE WHEN ?4 THEN lapses + 1 ELSE 0 END
+		WHERE id = ?5
+		RETURNING `+taskColumns,
+		p.LeaseOwner, tx.nanos, int64(p.LeaseTTL), p.Expired, p.TaskID))
+	if err != nil {
+		return nil, err
+	}
+	out, err := tx.report(a, failed)
+	if err != nil {
+		return nil, err
+	}
+	started := []reprise.Event{{
+		Type: reprise.EventAttemptStarted, Execution: next.Execution, Position: next.Position, Step: next.Step,
+		Attempt: next.Attempt, Worker: p.LeaseOwner, LeaseUntil: next.LeaseUntil, IdempotencyKey: next.IdempotencyKey,
+	}}
+	if err := tx.appendEvents(a.runID, a.last+1, started, nil); err != nil {
+		return nil, err
+	}
+	out.Events, out.Next = append(out.Events, started[0]), next
 	return out, nil
 }
 
