@@ -314,8 +314,12 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	if err != nil {
 		return nil, false, fmt.Errorf("start run: %w", err)
 	}
-	if created && owner != "" {
+	switch {
+	case created && owner != "":
 		e.startRunner(lease, true)
+	case created:
+		// Run has not started yet, or is starting: claim it as soon as it can.
+		e.claimSoon()
 	}
 	return lease.Run, created, nil
 }
@@ -401,6 +405,7 @@ func (e *Engine) Redrive(ctx context.Context, runID, by string) error {
 		return fmt.Errorf("redrive run %s: %w", runID, err)
 	}
 	e.claimSoon()
+	e.kick() // the step's task is ready again
 	return nil
 }
 

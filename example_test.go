@@ -193,3 +193,63 @@ func ExampleSaga() {
 	// released res-lamp
 	// compensated
 }
+
+func ExampleWithRetryIf() {
+	errQuota := errors.New("quota exhausted for today")
+	call := reprise.NewStep("llm.chat", func(ctx context.Context, prompt string) (string, error) {
+		return "", errQuota
+	},
+		reprise.WithPolicyText("[retry: 5, backoff: 10ms]"),
+		// Retrying a spent quota is pointless: stop at once.
+		reprise.WithRetryIf(func(err error) bool { return !errors.Is(err, errQuota) }),
+	)
+	wf := reprise.NewWorkflow("chat", func(ctx context.Context, prompt string) (string, error) {
+		return reprise.Step(ctx, call, prompt)
+	})
+	e, stop := startExample(wf, call)
+	defer stop()
+	ctx := context.Background()
+	h, _ := wf.Start(ctx, e, "hello")
+	h.Result(ctx)
+	events, _ := e.History(ctx, h.ID)
+	for _, ev := range events {
+		if ev.Type == reprise.EventAttemptFailed {
+			fmt.Printf("attempt %d: %s, decided by the %s\n", ev.Attempt, ev.Reason, ev.Rule)
+		}
+	}
+	// Output: attempt 1: permanent, decided by the retry_if predicate
+}
+
+func ExampleConfig_poisonAfter() {
+	dir, _ := os.MkdirTemp("", "reprise-example-")
+	defer os.RemoveAll(dir)
+	store, _ := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	defer store.Close()
+	// Every lease of the remote step lapses: its worker dies each time.
+	e, _ := reprise.New(reprise.Config{Store: store, LeaseTTL: 20 * time.Millisecond, PoisonAfter: 2})
+	wf := reprise.NewWorkflow("render", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Call[string](ctx, "render.pdf", 0)
+	})
+	e.Register(wf)
+	unlimited := retry.Attempts(retry.Unlimited, retry.None)
+	e.RegisterRemoteStep("render.pdf", &unlimited)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+
+	h, _ := wf.Start(ctx, e, 0)
+	go func() { // a worker that claims and dies, again and again
+		for ctx.Err() == nil {
+			e.ClaimTasks(ctx, "crashing-worker", []string{"render.pdf"}, 1)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	_, err := h.Result(ctx)
+	var re *reprise.RunError
+	errors.As(err, &re)
+	events, _ := e.History(ctx, h.ID)
+	last := events[len(events)-2] // StepFailed, before RunFailed
+	fmt.Println(re.Type, last.Type, last.Error.Type, last.Attempt)
+	// Output: StepError StepFailed Poison 2
+}
