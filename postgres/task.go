@@ -191,25 +191,41 @@ type leasedTask struct {
 	lease     *time.Time
 	run       *runHead
 	now       time.Time
+	// next holds the rest of the task, read only to start its next attempt
+	// at once (lockTask's full).
+	next *reprise.Task
 }
 
 // lockTask locks a task's run and then the task, the order every writer
 // that holds both keeps, and checks the lease: token, held, and lapsed or
-// not as expired says. Anything else is ErrLeaseLost.
-func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired bool) (*leasedTask, error) {
+// not as expired says. Anything else is ErrLeaseLost. full also reads what
+// the next attempt's lease needs (input, policy and the rest) into next.
+func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired, full bool) (*leasedTask, error) {
 	t := leasedTask{id: id, run: &runHead{}}
+	var more string
+	dest := []any{&t.run.id, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease,
+		&t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now}
+	var (
+		input, policy []byte
+		firstStarted  *time.Time
+	)
+	if full {
+		t.next = &reprise.Task{ID: id}
+		more = `, input, idempotency_key, policy, timeout, first_started_at, base, lapses`
+		dest = append(dest, &input, &t.next.IdempotencyKey, &policy, &t.next.Timeout, &firstStarted,
+			&t.next.Base, &t.next.Lapses)
+	}
 	err := tx.QueryRow(ctx, `
 		WITH r AS (
 			SELECT id AS head_id, last_seq, updated_at, owner AS run_owner FROM reprise_run
 			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
 			FOR UPDATE)
 		SELECT run_id, execution, position, step, attempt, token, owner, lease_until,
-			last_seq, updated_at, run_owner, coalesce($1::timestamptz, now())
+			last_seq, updated_at, run_owner, coalesce($1::timestamptz, now())`+more+`
 		FROM r JOIN reprise_task ON run_id = head_id
 		WHERE id = $2
 		FOR UPDATE OF reprise_task`,
-		clock, id).Scan(&t.run.id, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease,
-		&t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now)
+		clock, id).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, reprise.ErrLeaseLost
 	}
@@ -221,6 +237,11 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired 
 	if t.token != token || t.owner == "" || t.lease == nil || t.lease.After(t.now) == expired {
 		return nil, reprise.ErrLeaseLost
 	}
+	if full {
+		n := t.next
+		n.RunID, n.Execution, n.Position, n.Step = t.run.id, t.execution, t.position, t.step
+		n.Input, n.Policy, n.FirstStartedAt = rawJSON(input), rawJSON(policy), utc(firstStarted)
+	}
 	return &t, nil
 }
 
@@ -229,7 +250,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired 
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var o *reprise.Outcome
 	err := s.tx(ctx, func(tx *txn) error {
-		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, false)
+		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, false, false)
 		if err != nil {
 			return err
 		}
@@ -256,11 +277,17 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 
 // TaskFail records a failed attempt and the policy's decision: appends
 // AttemptFailed, then makes the task ready again after p.Delay, or appends
-// StepFailed and removes it.
+// StepFailed and removes it. With p.LeaseNext and a retry at once, it
+// starts the next attempt instead of making the task ready: the task stays
+// locked from the failure to the new lease, so no claim can come between.
 func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
+	if p.LeaseNext && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
+		return nil, fmt.Errorf("fail task %d: leasing the next attempt needs a lease owner and a lease TTL", p.TaskID)
+	}
+	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
 	var o *reprise.Outcome
 	err := s.tx(ctx, func(tx *txn) error {
-		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Expired)
+		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Expired, leaseNext)
 		if err != nil {
 			return err
 		}
@@ -276,6 +303,20 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			failed.RetryAt = t.now.Add(p.Delay).Truncate(time.Microsecond)
 			if err := a.add(t.run, failed); err != nil {
 				return err
+			}
+			if leaseNext {
+				next, err := startNext(a, t, p)
+				if err != nil {
+					return err
+				}
+				b.Queue(`
+					UPDATE reprise_task SET attempt = $2, token = $3, owner = $4, started_at = $5, lease_until = $6,
+						ready_at = $5, lapses = $7
+					WHERE id = $1`,
+					t.id, next.Attempt, next.Token, p.LeaseOwner, next.StartedAt, next.LeaseUntil, next.Lapses)
+				a.queue(b)
+				o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
+				return nil
 			}
 			// A lease that lapsed counts towards poison; any other result
 			// ends the streak.
@@ -318,6 +359,33 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
 	return o, nil
+}
+
+// startNext fills in t.next as TaskClaim would lease it to p.LeaseOwner
+// (attempt and token bumped, lease_until = now + min(LeaseTTL, Timeout)),
+// counts lapses as the retry would, and appends its AttemptStarted.
+func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (*reprise.Task, error) {
+	n := t.next
+	ttl := p.LeaseTTL
+	if n.Timeout > 0 && n.Timeout < ttl {
+		ttl = n.Timeout
+	}
+	n.Attempt, n.Token = t.attempt+1, t.token+1
+	n.StartedAt = a.now
+	n.LeaseUntil = a.now.Add(ttl).Truncate(time.Microsecond)
+	if n.FirstStartedAt.IsZero() {
+		n.FirstStartedAt = a.now
+	}
+	if p.Expired {
+		n.Lapses++
+	} else {
+		n.Lapses = 0
+	}
+	err := a.add(t.run, reprise.Event{
+		Type: reprise.EventAttemptStarted, Execution: n.Execution, Position: n.Position, Step: n.Step,
+		Attempt: n.Attempt, Worker: p.LeaseOwner, LeaseUntil: n.LeaseUntil, IdempotencyKey: n.IdempotencyKey,
+	})
+	return n, err
 }
 
 // TaskListExpired returns up to p.Limit (zero: 100) leased tasks whose
