@@ -16,21 +16,25 @@ import (
 // BenchmarkStore measures the store calls of one-step runs on a database
 // file: RunCreate, RunAdvance (one step), TaskClaim, TaskComplete and
 // RunAdvance (finish), from many goroutines at once, as an engine makes
-// them. It reports runs/s, store calls/s and CPU time per run.
+// them. It reports runs/s, store calls/s and CPU time per run. The retry
+// paths fail the first attempt once and retry it at once, through the
+// queue (TaskFail, TaskClaim) or leased by TaskFail itself (LeaseNext).
 //
 //	go test ./sqlite -run '^$' -bench Store -benchtime 20000x
 func BenchmarkStore(b *testing.B) {
 	for _, sync := range []string{"FULL", "NORMAL"} {
-		for _, path := range []string{"claim", "lease"} {
-			b.Run("synchronous="+sync+"/"+path, func(b *testing.B) { benchmarkRuns(b, sync, path == "lease") })
+		for _, path := range []string{"claim", "lease", "retry-claim", "retry-lease"} {
+			b.Run("synchronous="+sync+"/"+path, func(b *testing.B) { benchmarkRuns(b, sync, path) })
 		}
 	}
 }
 
 // benchmarkRuns runs one-step runs from many goroutines. A step is either
-// claimed from the queue (TaskClaim) or, if leased, leased to the engine
-// as it is scheduled, which spares the claim: 5 or 4 store calls a run.
-func benchmarkRuns(b *testing.B, sync string, leased bool) {
+// claimed from the queue (TaskClaim) or, on the other paths, leased to the
+// engine as it is scheduled, which spares the claim: 5 or 4 store calls a
+// run, and 2 or 1 more for a retry.
+func benchmarkRuns(b *testing.B, sync, path string) {
+	leased := path != "claim"
 	s, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), &sqlite.Options{Synchronous: sync})
 	if err != nil {
 		b.Fatal(err)
@@ -77,6 +81,30 @@ func benchmarkRuns(b *testing.B, sync string, leased bool) {
 			if err != nil || len(tasks) != 1 {
 				b.Errorf("claim: %d tasks, %v", len(tasks), err)
 				return
+			}
+			if path == "retry-claim" || path == "retry-lease" {
+				out, err := s.TaskFail(ctx, &reprise.TaskFailParams{
+					TaskID: tasks[0].ID, Token: tasks[0].Token, Error: reprise.ErrorInfo{Type: "NetworkError"},
+					Retry: true, Rule: "[retry: 3]",
+					LeaseNext: path == "retry-lease", LeaseOwner: "engine", LeaseTTL: time.Minute,
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				calls.Add(1)
+				if out.Next != nil {
+					tasks = []*reprise.Task{out.Next}
+				} else {
+					tasks, err = s.TaskClaim(ctx, &reprise.TaskClaimParams{
+						Owner: "worker", Steps: []reprise.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute,
+					})
+					calls.Add(1)
+				}
+				if err != nil || len(tasks) != 1 {
+					b.Errorf("retry: %d tasks, %v", len(tasks), err)
+					return
+				}
 			}
 			_, err = s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks[0].ID, Token: tasks[0].Token, Output: input})
 			if err != nil {
