@@ -54,8 +54,9 @@ type Store struct {
 	now    func() time.Time
 	logger *slog.Logger
 
-	commit  *committer // runs every write on the one write connection
-	readers *pool      // nil for ":memory:": reads then go through commit
+	commit  *committer    // runs every write on the one write connection
+	readers *pool         // nil for ":memory:": reads then go through commit
+	ckpt    *checkpointer // nil for ":memory:"
 }
 
 // Open opens the database at path, creating it if needed, and migrates it
@@ -120,6 +121,9 @@ func (s *Store) open(o Options) error {
 		"synchronous(" + strings.ToUpper(o.Synchronous) + ")",
 		"temp_store(MEMORY)",
 		"cache_size(-32000)", // 32 MB of page cache
+		// The checkpointer keeps the WAL short off the write path; the
+		// automatic checkpoint, inside a commit, is only a backstop.
+		"wal_autocheckpoint(10000)",
 	}
 	if !memory {
 		pragmas = append(pragmas, "journal_mode(WAL)")
@@ -136,7 +140,15 @@ func (s *Store) open(o Options) error {
 	}
 	// Open has no context to give: the migration runs under one that is
 	// never cancelled, like the driver's own setup statements.
-	return s.migrate(context.Background())
+	if err := s.migrate(context.Background()); err != nil {
+		return err
+	}
+	if !memory {
+		if s.ckpt, err = startCheckpointer(dsn(s.path, []string{busy}), 250*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // dsn builds the driver's data source name. The path goes to SQLite as it
@@ -160,6 +172,9 @@ func dsn(path string, pragmas []string) string {
 // after Close fail; reads must not be under way.
 func (s *Store) Close() error {
 	var errs []error
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.close())
+	}
 	if s.commit != nil {
 		s.commit.close()
 		errs = append(errs, s.commit.conn.close())
