@@ -351,6 +351,17 @@ func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 	return nil
 }
 
+// cancelChild cancels a child run that lost a select, without waiting: the
+// workflow goes on, and a child already finished stays as it is.
+func (e *Engine) cancelChild(id string) {
+	go func() {
+		if err := e.Cancel(e.storeCtx, id, "lost a select in its parent"); err != nil &&
+			!errors.Is(err, ErrRunFinished) && !errors.Is(err, ErrNotFound) {
+			e.log.Warn("cancel child run", "run_id", id, "err", err)
+		}
+	}()
+}
+
 // stopRun stops what this engine runs for a cancelled run and its
 // children, which the store cancelled with it.
 func (e *Engine) stopRun(id string) {

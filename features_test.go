@@ -397,3 +397,26 @@ func TestChildSurvivesParentsEngineRestart(t *testing.T) {
 		t.Fatalf("result %q, %v", got, err)
 	}
 }
+
+func TestSelectCancelsALosingChild(t *testing.T) {
+	t.Parallel()
+	slowChild := reprise.NewWorkflow("slow-child-run", func(ctx context.Context, _ int) (int, error) {
+		return 0, reprise.Sleep(ctx, time.Hour)
+	})
+	parent := reprise.NewWorkflow("impatient-parent", func(ctx context.Context, _ int) (string, error) {
+		if reprise.Select(ctx, reprise.Child(ctx, slowChild, 0), reprise.After(ctx, time.Minute)) != 1 {
+			return "child", nil
+		}
+		// The parent goes on for a day: only the select cancels the child.
+		return "timer", reprise.Sleep(ctx, 24*time.Hour)
+	})
+	env := reprisetest.New(t, nil, parent, slowChild)
+	h, _ := parent.Start(t.Context(), env.Engine, 0)
+	env.AdvanceUntil(func() bool {
+		run, err := env.Engine.GetRun(t.Context(), h.ID+"/1")
+		return err == nil && run.Status == reprise.RunCancelled
+	})
+	if run, _ := env.Engine.GetRun(t.Context(), h.ID); run.Status != reprise.RunRunning {
+		t.Errorf("parent is %s; the child must have been cancelled by the select, not by the parent's end", run.Status)
+	}
+}

@@ -362,10 +362,7 @@ func (r *runner) version(change string, minV, maxV int) int {
 // startChild takes the next position for a child run.
 func (r *runner) startChild(workflow string, input json.RawMessage) (*future, string) {
 	pos := r.take()
-	id := fmt.Sprintf("%s/%d", r.id, pos)
-	if r.execution > 1 {
-		id = fmt.Sprintf("%s/e%d/%d", r.id, r.execution, pos)
-	}
+	id := r.childID(pos)
 	if c, ok := r.cmds[pos]; ok {
 		if c.kind != cmdChild || c.name != workflow {
 			panic(&NondeterminismError{Position: pos, Recorded: c.String(), Called: "child workflow " + workflow})
@@ -376,6 +373,15 @@ func (r *runner) startChild(workflow string, input json.RawMessage) (*future, st
 	r.cmds[pos] = &command{kind: cmdChild, name: workflow, fut: fut}
 	r.children = append(r.children, ChildSpec{Position: pos, ID: id, Workflow: workflow, Input: input})
 	return fut, id
+}
+
+// childID is the id of the child run started at pos: fixed by the
+// position, so a replay never starts it twice.
+func (r *runner) childID(pos int) string {
+	if r.execution > 1 {
+		return fmt.Sprintf("%s/e%d/%d", r.id, r.execution, pos)
+	}
+	return fmt.Sprintf("%s/%d", r.id, pos)
 }
 
 // waitSignal returns a future for the next signal of a name. It takes no
@@ -459,10 +465,17 @@ func (r *runner) cancelLosers(fs []*future, win int) {
 		}
 		if f.signal != "" {
 			f.done, f.signal = true, "" // an unconsumed signal stays queued
-		} else if c, ok := r.cmds[f.pos]; ok && !f.done && (c.kind == cmdStep || c.kind == cmdTimer) {
-			r.cancels = append(r.cancels, f.pos)
-			if c.kind == cmdStep {
+		} else if c, ok := r.cmds[f.pos]; ok && !f.done {
+			switch c.kind {
+			case cmdStep:
+				r.cancels = append(r.cancels, f.pos)
 				r.e.cancelAttempt(r.id, r.execution, f.pos)
+			case cmdTimer:
+				r.cancels = append(r.cancels, f.pos)
+			case cmdChild:
+				// A child is a run of its own: cancel it, best effort. Its
+				// ChildFailed then finds the future already settled.
+				r.e.cancelChild(r.childID(f.pos))
 			}
 		}
 		f.done, f.out, f.err = true, nil, ErrStepCancelled
