@@ -291,7 +291,7 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 		opt(&o)
 	}
 	if o.id == "" {
-		o.id = newRunID()
+		o.id = NewRunID()
 	} else if err := ValidateRunID(o.id); err != nil {
 		return nil, false, err
 	}
@@ -324,7 +324,9 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	return lease.Run, created, nil
 }
 
-func newRunID() string {
+// NewRunID returns a fresh run id: the time in milliseconds, so that ids
+// sort roughly by age, and 80 random bits.
+func NewRunID() string {
 	var b [10]byte
 	rand.Read(b[:])
 	return fmt.Sprintf("r%x-%s", time.Now().UnixMilli(), hex.EncodeToString(b[:]))

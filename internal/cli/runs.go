@@ -2,8 +2,6 @@ package cli
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -35,9 +33,7 @@ type storeBackend struct{ s reprise.Store }
 
 func (b storeBackend) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*reprise.Run, bool, error) {
 	if id == "" {
-		var r [10]byte
-		rand.Read(r[:])
-		id = "r-" + hex.EncodeToString(r[:])
+		id = reprise.NewRunID()
 	} else if err := reprise.ValidateRunID(id); err != nil {
 		return nil, false, err
 	}
