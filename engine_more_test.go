@@ -80,13 +80,7 @@ func TestConcurrencyLimits(t *testing.T) {
 // branch again.
 func TestSelectReplaysTheSameWinner(t *testing.T) {
 	t.Parallel()
-	slow := reprise.NewStep("slow", func(ctx context.Context, _ int) (string, error) {
-		info, _ := reprise.StepInfoFrom(ctx)
-		if info.Attempt == 1 {
-			return "", errors.New("try again in 10s")
-		}
-		return "step", nil
-	}, reprise.WithPolicyText("[retry: 1, backoff: 10s, backoff_kind: fixed]"))
+	slow := failsFirst("slow", "step", "[retry: 1, backoff: 10s, backoff_kind: fixed]")
 	var gateCalls atomic.Int32
 	gate := reprise.NewStep("gate", func(ctx context.Context, _ int) (string, error) {
 		if gateCalls.Add(1) == 1 {

@@ -194,6 +194,17 @@ func TestCancelDuringBackoff(t *testing.T) {
 	}
 }
 
+// failsFirst is a step that fails its first attempt and returns result on
+// the next, retried by policy: a gate that keeps a run waiting in backoff.
+func failsFirst(name, result, policy string) *reprise.StepDef[int, string] {
+	return reprise.NewStep(name, func(ctx context.Context, _ int) (string, error) {
+		if info, _ := reprise.StepInfoFrom(ctx); info.Attempt == 1 {
+			return "", errors.New("first attempt fails")
+		}
+		return result, nil
+	}, reprise.WithPolicyText(policy))
+}
+
 // waitFor polls cond in real time for the engine's goroutines to progress.
 // The bound is generous: CI runs every package at once under -race, with
 // several engine processes busy beside it.

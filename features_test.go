@@ -218,13 +218,7 @@ func TestCancellingParentCancelsChildren(t *testing.T) {
 func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	t.Parallel()
 	a := reprise.NewStep("a", func(ctx context.Context, _ int) (string, error) { return "a", nil })
-	gate := reprise.NewStep("gate", func(ctx context.Context, _ int) (string, error) {
-		info, _ := reprise.StepInfoFrom(ctx)
-		if info.Attempt == 1 {
-			return "", errors.New("closed")
-		}
-		return "open", nil
-	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
+	gate := failsFirst("gate", "open", "[retry: 1, backoff: 1h]")
 	b := reprise.NewStep("b", func(ctx context.Context, _ int) (string, error) { return "b", nil })
 	v1 := reprise.NewWorkflow("versioned", func(ctx context.Context, _ int) (string, error) {
 		reprise.Step(ctx, gate, 0)
@@ -372,13 +366,7 @@ func TestSignalsSurviveARestart(t *testing.T) {
 
 func TestChildSurvivesParentsEngineRestart(t *testing.T) {
 	t.Parallel()
-	gate := reprise.NewStep("child-gate", func(ctx context.Context, _ int) (string, error) {
-		info, _ := reprise.StepInfoFrom(ctx)
-		if info.Attempt == 1 {
-			return "", errors.New("not yet")
-		}
-		return "child done", nil
-	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
+	gate := failsFirst("child-gate", "child done", "[retry: 1, backoff: 1h]")
 	child := reprise.NewWorkflow("slow-child", func(ctx context.Context, _ int) (string, error) {
 		return reprise.Step(ctx, gate, 0)
 	})
