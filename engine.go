@@ -1,6 +1,7 @@
 package reprise
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -132,10 +133,10 @@ func New(cfg Config) (*Engine, error) {
 			errs = append(errs, fmt.Errorf("config: %s %v is negative", name, *d))
 		}
 	}
-	cfg.LeaseTTL = cmp(cfg.LeaseTTL, 30*time.Second)
-	cfg.RunLeaseTTL = cmp(cfg.RunLeaseTTL, 30*time.Second)
-	cfg.ShutdownGrace = cmp(cfg.ShutdownGrace, 10*time.Second)
-	cfg.PollInterval = cmp(cfg.PollInterval, time.Second)
+	cfg.LeaseTTL = cmp.Or(cfg.LeaseTTL, 30*time.Second)
+	cfg.RunLeaseTTL = cmp.Or(cfg.RunLeaseTTL, 30*time.Second)
+	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, 10*time.Second)
+	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
 	if cfg.MaxConcurrentSteps < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxConcurrentSteps %d is negative", cfg.MaxConcurrentSteps))
 	}
@@ -176,13 +177,6 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	return e, nil
-}
-
-func cmp(d, def time.Duration) time.Duration {
-	if d == 0 {
-		return def
-	}
-	return d
 }
 
 func defaultWorkerID() string {
