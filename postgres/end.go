@@ -46,6 +46,16 @@ func end(b *pgx.Batch, run *lockedRun, status reprise.RunStatus, output json.Raw
 // drop queues the removal of the runs' tasks and timers, and of their
 // failed steps too when failedSteps is set.
 func drop(b *pgx.Batch, ids []string, failedSteps bool) {
+	if len(ids) == 1 {
+		// The common case, by key: an array of ids may be planned as a
+		// scan of the tables (see appender.queue).
+		b.Queue(`
+			WITH tasks AS (DELETE FROM reprise_task WHERE run_id = $1),
+			failed AS (DELETE FROM reprise_step_failed WHERE $2 AND run_id = $1)
+			DELETE FROM reprise_timer WHERE run_id = $1`,
+			ids[0], failedSteps)
+		return
+	}
 	b.Queue(`
 		WITH tasks AS (DELETE FROM reprise_task WHERE run_id = ANY($1)),
 		failed AS (DELETE FROM reprise_step_failed WHERE $2 AND run_id = ANY($1))

@@ -109,33 +109,40 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 	return nil
 }
 
-// queue adds to b the statement that stores the events and advances the
+// queue adds to b the statements that store the events and advance the
 // runs' heads, but for those in updated: the caller's own update of those
 // rows sets their last_seq and updated_at.
+//
+// Each head is its own UPDATE by primary key. A join of the table with an
+// array of ids would do it in one statement, but its plan is cached per
+// connection (plan_cache_mode, in poolConfig), and a plan made while the
+// table was small scans the whole table: on a new schema every append
+// then costs a sequential scan of reprise_run for the connection's life.
+// A lookup by the key is planned as an index scan whatever the table's
+// size, and in the pipeline it costs no extra round trip.
 func (a *appender) queue(b *pgx.Batch, updated ...*runHead) {
 	if len(a.events) == 0 {
 		return
 	}
-	var (
-		ids  []string
-		seqs []int64
-		ats  []time.Time
-	)
+	var rest []*runHead
 	for _, h := range a.heads {
 		if !slices.Contains(updated, h) {
-			ids, seqs, ats = append(ids, h.id), append(seqs, h.lastSeq), append(ats, h.updatedAt)
+			rest = append(rest, h)
 		}
 	}
-	if len(ids) == 0 {
+	if len(rest) == 0 {
 		a.queueEvents(b)
 		return
 	}
+	// The first head is advanced in the statement that inserts the events.
+	h := rest[0]
 	b.Queue(`
 		WITH appended AS (`+insertEvents+`)
-		UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
-		FROM unnest($7::text[], $8::bigint[], $9::timestamptz[]) AS h(id, last_seq, updated_at)
-		WHERE r.id = h.id`,
-		a.runID, a.seq, a.typ, a.execution, a.at, a.data, ids, seqs, ats)
+		UPDATE reprise_run SET last_seq = $8, updated_at = $9 WHERE id = $7`,
+		a.runID, a.seq, a.typ, a.execution, a.at, a.data, h.id, h.lastSeq, h.updatedAt)
+	for _, h := range rest[1:] {
+		b.Queue(`UPDATE reprise_run SET last_seq = $2, updated_at = $3 WHERE id = $1`, h.id, h.lastSeq, h.updatedAt)
+	}
 }
 
 // queueEvents adds to b the statement that stores the events, for a caller

@@ -188,26 +188,32 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 	if p.Limit <= 0 {
 		return nil, nil
 	}
-	// The two candidate lists use the partial indexes; the outer select
-	// locks and re-checks them. A row another claimer holds is skipped.
+	// Each candidate list is read from its partial index and locked as it
+	// is read (SKIP LOCKED rechecks a row's conditions on its newest
+	// version); the update then takes the oldest of both by key. A
+	// semi-join of the table with the lists instead was planned, on a new
+	// schema, as a loop that read the lists again for every active run.
 	rows, err := s.pool.Query(ctx, `
 		WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
-		picked AS (
-			SELECT r.id AS picked_id FROM reprise_run r, c
-			WHERE r.id IN (
-				(SELECT id FROM reprise_run
-				 WHERE status IN ('pending', 'running') AND owner = ''
-					AND ($3::text[] IS NULL OR workflow = ANY($3))
-				 ORDER BY created_at, id LIMIT $4)
-				UNION ALL
-				(SELECT id FROM reprise_run, c
-				 WHERE status IN ('pending', 'running') AND owner <> '' AND lease_until <= c.now
-					AND ($3::text[] IS NULL OR workflow = ANY($3))
-				 ORDER BY lease_until LIMIT $4))
-			AND r.status IN ('pending', 'running') AND (r.owner = '' OR r.lease_until <= c.now)
-			ORDER BY r.created_at, r.id
+		unowned AS (
+			SELECT id, created_at FROM reprise_run
+			WHERE status IN ('pending', 'running') AND owner = ''
+				AND ($3::text[] IS NULL OR workflow = ANY($3))
+			ORDER BY created_at, id
 			LIMIT $4
-			FOR UPDATE OF r SKIP LOCKED)
+			FOR UPDATE SKIP LOCKED),
+		lapsed AS (
+			SELECT id, created_at FROM reprise_run
+			WHERE status IN ('pending', 'running') AND owner <> ''
+				AND lease_until <= coalesce($1::timestamptz, now())
+				AND ($3::text[] IS NULL OR workflow = ANY($3))
+			ORDER BY lease_until
+			LIMIT $4
+			FOR UPDATE SKIP LOCKED),
+		picked AS (
+			SELECT id AS picked_id FROM (SELECT * FROM unowned UNION ALL SELECT * FROM lapsed) x
+			ORDER BY created_at, id
+			LIMIT $4)
 		UPDATE reprise_run r SET owner = $2, token = r.token + 1, lease_until = c.now + $5::interval
 		FROM picked, c
 		WHERE r.id = picked.picked_id
@@ -317,11 +323,19 @@ func (r *lockedRun) active() bool { return !r.status.Final() }
 func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
 	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run WHERE id = $2 FOR UPDATE`
 	if withParent {
+		// Two lookups by key, the parent's read (and locked) first; an
+		// array of the two ids may be planned as a scan of the table
+		// (see appender.queue).
 		query = `
-			SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run
-			WHERE id = ANY(ARRAY[$2, (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2)])
-			ORDER BY id = $2
-			FOR UPDATE`
+			WITH parent AS (
+				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run
+				WHERE id = (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2)
+				FOR UPDATE),
+			run AS (
+				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run
+				WHERE id = $2
+				FOR UPDATE)
+			SELECT * FROM parent UNION ALL SELECT * FROM run`
 	}
 	rows, err := tx.Query(ctx, query, clock, id)
 	if err != nil {
