@@ -50,38 +50,61 @@ type retryNow struct{}
 
 func (retryNow) NextRetry(*rivertype.JobRow) time.Time { return time.Now() }
 
+// config is one benchmark's settings, from the flags.
+type config struct {
+	dsn, schema   string
+	jobs, fail    int
+	workers       int
+	fetchCooldown time.Duration // River's FetchCooldown
+	fetchPoll     time.Duration // River's FetchPollInterval
+	maxConns      int32         // pool size; 0: pgxpool's default
+}
+
 func main() {
-	dsn := flag.String("dsn", os.Getenv("REPRISE_TEST_POSTGRES"), "PostgreSQL URL (default $REPRISE_TEST_POSTGRES)")
-	schema := flag.String("schema", "river_bench", "schema to create River's tables in; dropped and created again for every round")
-	jobs := flag.Int("jobs", 10000, "jobs per round")
-	workers := flag.Int("workers", 100, "River's MaxWorkers")
-	fail := flag.Int("fail", 2, "failed attempts before each job succeeds")
+	var c config
+	flag.StringVar(&c.dsn, "dsn", os.Getenv("REPRISE_TEST_POSTGRES"), "PostgreSQL URL (default $REPRISE_TEST_POSTGRES)")
+	flag.StringVar(&c.schema, "schema", "river_bench", "schema to create River's tables in; dropped and created again for every round")
+	flag.IntVar(&c.jobs, "jobs", 10000, "jobs per round")
+	flag.IntVar(&c.workers, "workers", 100, "River's MaxWorkers")
+	flag.IntVar(&c.fail, "fail", 2, "failed attempts before each job succeeds")
+	// River fetches at most once per FetchCooldown, at most as many jobs as
+	// it has free workers: with the default 100 ms and 100 workers that
+	// caps it at 1,000 attempts/s. River's own benchmark (cmd/river bench)
+	// uses 2 ms and 20 ms.
+	flag.DurationVar(&c.fetchCooldown, "fetch-cooldown", river.FetchCooldownDefault, "River's FetchCooldown")
+	flag.DurationVar(&c.fetchPoll, "fetch-poll-interval", river.FetchPollIntervalDefault, "River's FetchPollInterval")
+	maxConns := flag.Int("max-conns", 0, "connection pool size (default: pgxpool's, max(4, CPUs))")
 	count := flag.Int("count", 1, "rounds to measure")
 	flag.Parse()
-	if *dsn == "" {
+	c.maxConns = int32(*maxConns)
+	if c.dsn == "" {
 		log.Fatal("--dsn is required")
 	}
 	ctx := context.Background()
 	for range *count {
-		elapsed, err := round(ctx, *dsn, *schema, *jobs, *workers, *fail)
+		elapsed, err := round(ctx, &c)
 		if err != nil {
 			log.Fatal(err)
 		}
-		attempts := *jobs * (*fail + 1)
-		fmt.Printf("BenchmarkRiver/workers=%d/fail=%d \t%8d\t%12.0f ns/op\t%10.0f attempts/s\t%10.0f jobs/s\n",
-			*workers, *fail, *jobs, float64(elapsed.Nanoseconds())/float64(*jobs),
-			float64(attempts)/elapsed.Seconds(), float64(*jobs)/elapsed.Seconds())
+		attempts := c.jobs * (c.fail + 1)
+		fmt.Printf("BenchmarkRiver/workers=%d/fail=%d/cooldown=%v \t%8d\t%12.0f ns/op\t%10.0f attempts/s\t%10.0f jobs/s\n",
+			c.workers, c.fail, c.fetchCooldown, c.jobs, float64(elapsed.Nanoseconds())/float64(c.jobs),
+			float64(attempts)/elapsed.Seconds(), float64(c.jobs)/elapsed.Seconds())
 	}
 }
 
 // round migrates a fresh schema, inserts the jobs, then starts a client and
 // returns how long it took to complete them all.
-func round(ctx context.Context, dsn, schema string, jobs, workers, fail int) (time.Duration, error) {
-	cfg, err := pgxpool.ParseConfig(dsn)
+func round(ctx context.Context, c *config) (time.Duration, error) {
+	schema, jobs, fail := c.schema, c.jobs, c.fail
+	cfg, err := pgxpool.ParseConfig(c.dsn)
 	if err != nil {
 		return 0, err
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if c.maxConns > 0 {
+		cfg.MaxConns = c.maxConns
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return 0, err
@@ -104,11 +127,13 @@ func round(ctx context.Context, dsn, schema string, jobs, workers, fail int) (ti
 	workersReg := river.NewWorkers()
 	river.AddWorker(workersReg, &worker{})
 	client, err := river.NewClient(driver, &river.Config{
-		Schema:      schema,
-		Queues:      map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
-		Workers:     workersReg,
-		RetryPolicy: retryNow{},
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Schema:            schema,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: c.workers}},
+		FetchCooldown:     c.fetchCooldown,
+		FetchPollInterval: c.fetchPoll,
+		Workers:           workersReg,
+		RetryPolicy:       retryNow{},
+		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
 		return 0, err
