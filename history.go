@@ -1,9 +1,13 @@
 package reprise
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
+	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // EventType names an entry in a run's history.
@@ -116,22 +120,178 @@ type ErrorInfo struct {
 	Stack string `json:"stack,omitempty"`
 }
 
-// eventJSON is Event without its methods, for the encoding below.
+// eventJSON is Event without its methods, for decoding.
 type eventJSON Event
 
 // MarshalJSON encodes an event in the wire form of the HTTP API, which is
 // also how stores keep it: the delay is delay_ms, in milliseconds with a
 // fraction, so that it round-trips to the nanosecond.
 func (e Event) MarshalJSON() ([]byte, error) {
-	var ms *float64
-	if e.Delay != 0 || !e.RetryAt.IsZero() || e.Type == EventTimerScheduled {
-		v := float64(e.Delay) / float64(time.Millisecond)
-		ms = &v
+	return e.AppendJSON(make([]byte, 0, 256))
+}
+
+// AppendJSON appends the event's JSON (as MarshalJSON) to b. Fields left
+// zero are omitted, Seq and At too, so that a store which keeps those in
+// columns can zero them and keep the rest as the event's body.
+//
+// It is written out by hand, without reflection: every transition encodes
+// its events on the store's write path, where encoding/json cost as much as
+// the inserts. A test checks it against encoding/json.
+func (e Event) AppendJSON(b []byte) ([]byte, error) {
+	b = append(b, '{')
+	if e.Seq != 0 {
+		b = strconv.AppendInt(append(b, `"seq":`...), e.Seq, 10)
+		b = append(b, ',')
 	}
-	return json.Marshal(struct {
-		eventJSON
-		DelayMS *float64 `json:"delay_ms,omitempty"`
-	}{eventJSON(e), ms})
+	b = appendString(append(b, `"type":`...), string(e.Type))
+	var err error
+	b = appendTime(b, `,"at":`, e.At)
+	b = appendInt(b, `,"execution":`, e.Execution)
+	b = appendField(b, `,"workflow":`, e.Workflow)
+	b = appendInt(b, `,"position":`, e.Position)
+	b = appendField(b, `,"step":`, e.Step)
+	b = appendInt(b, `,"attempt":`, e.Attempt)
+	if b, err = appendRaw(b, `,"input":`, e.Input); err != nil {
+		return nil, fmt.Errorf("event input: %w", err)
+	}
+	if b, err = appendRaw(b, `,"output":`, e.Output); err != nil {
+		return nil, fmt.Errorf("event output: %w", err)
+	}
+	if e.Error != nil {
+		b = e.Error.appendJSON(append(b, `,"error":`...))
+	}
+	b = appendField(b, `,"policy":`, e.Policy)
+	b = appendField(b, `,"idempotency_key":`, e.IdempotencyKey)
+	b = appendField(b, `,"worker":`, e.Worker)
+	b = appendTime(b, `,"lease_until":`, e.LeaseUntil)
+	b = appendTime(b, `,"retry_at":`, e.RetryAt)
+	b = appendField(b, `,"rule":`, e.Rule)
+	b = appendField(b, `,"reason":`, e.Reason)
+	b = appendTime(b, `,"fire_at":`, e.FireAt)
+	b = appendInt(b, `,"version":`, e.Version)
+	b = appendField(b, `,"child":`, e.Child)
+	if e.Delay != 0 || !e.RetryAt.IsZero() || e.Type == EventTimerScheduled {
+		ms := float64(e.Delay) / float64(time.Millisecond)
+		b = strconv.AppendFloat(append(b, `,"delay_ms":`...), ms, 'f', -1, 64)
+	}
+	return append(b, '}'), nil
+}
+
+func (ei *ErrorInfo) appendJSON(b []byte) []byte {
+	b = appendString(append(b, `{"type":`...), ei.Type)
+	b = appendString(append(b, `,"message":`...), ei.Message)
+	b = appendField(b, `,"stack":`, ei.Stack)
+	return append(b, '}')
+}
+
+// appendField appends key and s unless s is empty (omitempty).
+func appendField(b []byte, key, s string) []byte {
+	if s == "" {
+		return b
+	}
+	return appendString(append(b, key...), s)
+}
+
+// appendInt appends key and n unless n is zero (omitempty).
+func appendInt(b []byte, key string, n int) []byte {
+	if n == 0 {
+		return b
+	}
+	return strconv.AppendInt(append(b, key...), int64(n), 10)
+}
+
+// appendTime appends key and t as encoding/json does, unless t is zero
+// (omitzero).
+func appendTime(b []byte, key string, t time.Time) []byte {
+	if t.IsZero() {
+		return b
+	}
+	b = append(append(b, key...), '"')
+	return append(t.AppendFormat(b, time.RFC3339Nano), '"')
+}
+
+// appendRaw appends key and a JSON document unless it is empty. A document
+// of plain printable ASCII is appended as it is: every document the engine
+// keeps was produced by an encoder or checked when it came in, so only
+// one with spaces or other bytes to mind takes the slow way, compacted
+// (and so checked) by encoding/json.
+func appendRaw(b []byte, key string, m json.RawMessage) ([]byte, error) {
+	if len(m) == 0 {
+		return b, nil
+	}
+	b = append(b, key...)
+	if plain(m) {
+		return append(b, m...), nil
+	}
+	buf := bytes.NewBuffer(b)
+	if err := json.Compact(buf, m); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// plain reports whether m holds only printable ASCII other than space, and
+// none of the characters encoding/json escapes for HTML.
+func plain(m []byte) bool {
+	for _, c := range m {
+		if c <= ' ' || c >= 0x7f || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// appendString appends s as a JSON string, escaped as encoding/json
+// escapes it (HTML characters and U+2028/U+2029 too; invalid UTF-8
+// becomes U+FFFD).
+func appendString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= ' ' && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(append(b, s[start:]...), '"')
 }
 
 // UnmarshalJSON decodes what MarshalJSON encodes.

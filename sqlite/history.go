@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -119,30 +118,14 @@ func (tx *txn) outcome(runID string, events ...reprise.Event) (*reprise.Outcome,
 	return &reprise.Outcome{RunID: runID, Owner: owner, Events: events}, nil
 }
 
-// The fields of an event's JSON that are columns instead, as the encoder
-// writes them when zero.
-var (
-	zeroSeq = []byte(`{"seq":0,`)
-	zeroAt  = []byte(`,"at":"0001-01-01T00:00:00Z"`)
-)
-
 // encodeEvent returns the event's body: its JSON without seq, at and
 // execution, which the events table keeps in columns. Decoding the body
 // and setting those three gives the event back.
 func encodeEvent(e reprise.Event) ([]byte, error) {
 	e.Seq, e.At, e.Execution = 0, time.Time{}, 0
-	b, err := json.Marshal(e)
+	b, err := e.AppendJSON(make([]byte, 0, 128))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event: %w", e.Type, err)
-	}
-	// Seq and At come first and third, before any field that could hold
-	// their text; if the encoder ever changes that, they stay in the body,
-	// and decoding overwrites them anyway.
-	if bytes.HasPrefix(b, zeroSeq) {
-		b = append(b[:1], b[len(zeroSeq):]...)
-		if i := bytes.Index(b, zeroAt); i >= 0 {
-			b = append(b[:i], b[i+len(zeroAt):]...)
-		}
 	}
 	return b, nil
 }
