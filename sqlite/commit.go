@@ -19,43 +19,40 @@ var errClosed = errors.New("sqlite: store is closed")
 // of a commit (a WAL fsync under synchronous=FULL) is paid once per batch
 // instead of once per call.
 //
-// There is no writer goroutine. The first caller to find the committer idle
-// becomes the leader: it takes every queued call, runs them in one
-// transaction, commits, hands each caller its result, and passes the lead to
-// the oldest call queued meanwhile. Callers that arrive while a batch runs
-// queue up and wait.
+// One writer goroutine runs the batches: it takes every queued call, runs
+// them in one transaction, commits, and hands each caller its result; calls
+// that arrive meanwhile wait for the next batch. A goroutine of its own,
+// rather than whichever caller came first, keeps the deep stack SQLite's
+// virtual machine needs grown once instead of growing a fresh goroutine's
+// stack for every batch.
 //
 // A call must leave the database unchanged when it returns a sentinel error
 // (reprise.ErrNotFound, ErrLeaseLost, ErrRunFinished, ErrNotRedrivable);
-// its batch then
-// carries on. Any other error may come after partial writes: the batch is
-// rolled back and each of its calls is run again alone, in its own
-// transaction, so that one bad call never costs the others their work.
+// its batch then carries on. Any other error may come after partial
+// writes: the batch is rolled back and each of its calls is run again
+// alone, in its own transaction, so that one bad call never costs the
+// others their work.
 type committer struct {
 	conn *conn
 	now  func() time.Time
 
 	mu     sync.Mutex
 	queue  []*call
-	busy   bool // a leader is running a batch
 	closed bool
-	idle   *sync.Cond // signalled when busy turns false
+	kick   chan struct{} // holds a token while calls may be queued
+	done   chan struct{} // closed when the writer has stopped
 }
 
 // A call is one store method's transaction body, waiting for its batch.
 type call struct {
-	ctx    context.Context
-	fn     func(*txn) error
-	wake   chan error // errLead, then the call's result
-	leader bool       // handed the lead; may no longer leave the queue
+	ctx  context.Context
+	fn   func(*txn) error
+	wake chan error // the call's result
 }
 
-// errLead tells a queued caller that it leads the next batch.
-var errLead = errors.New("lead the next batch")
-
 func newCommitter(conn *conn, now func() time.Time) *committer {
-	c := &committer{conn: conn, now: now}
-	c.idle = sync.NewCond(&c.mu)
+	c := &committer{conn: conn, now: now, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	go c.write()
 	return c
 }
 
@@ -71,61 +68,54 @@ func (c *committer) do(ctx context.Context, fn func(*txn) error) error {
 		return errClosed
 	}
 	c.queue = append(c.queue, cl)
-	lead := !c.busy
-	c.busy = true
 	c.mu.Unlock()
-
-	if !lead {
-		var err error
-		select {
-		case err = <-cl.wake:
-		case <-ctx.Done():
-			if c.leave(cl) {
-				return context.Cause(ctx)
-			}
-			err = <-cl.wake
-		}
-		if err != errLead {
-			return err
-		}
+	select {
+	case c.kick <- struct{}{}:
+	default: // the writer is already told
 	}
-	c.lead()
-	return <-cl.wake
+
+	select {
+	case err := <-cl.wake:
+		return err
+	case <-ctx.Done():
+		if c.leave(cl) {
+			return context.Cause(ctx)
+		}
+		return <-cl.wake
+	}
 }
 
-// leave takes a waiting call out of the queue, unless a leader took it or
-// it was handed the lead.
+// leave takes a waiting call out of the queue, unless the writer took it.
 func (c *committer) leave(cl *call) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	i := slices.Index(c.queue, cl)
-	if i < 0 || cl.leader {
+	if i < 0 {
 		return false
 	}
 	c.queue = slices.Delete(c.queue, i, i+1)
 	return true
 }
 
-// lead runs one batch: every call queued now. Then it hands the lead to the
-// oldest call that queued meanwhile, or marks the committer idle.
-func (c *committer) lead() {
-	c.mu.Lock()
-	batch := c.queue
-	c.queue = nil
-	c.mu.Unlock()
-
-	c.run(batch)
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.queue) == 0 {
-		c.busy = false
-		c.idle.Broadcast()
-		return
+// write is the writer goroutine: it runs batches until the committer is
+// closed and its queue is empty.
+func (c *committer) write() {
+	defer close(c.done)
+	for range c.kick {
+		for {
+			c.mu.Lock()
+			batch, closed := c.queue, c.closed
+			c.queue = nil
+			c.mu.Unlock()
+			if len(batch) == 0 {
+				if closed {
+					return
+				}
+				break
+			}
+			c.run(batch)
+		}
 	}
-	next := c.queue[0]
-	next.leader = true
-	next.wake <- errLead
 }
 
 // run runs a batch in one transaction and delivers each call's result.
@@ -201,15 +191,16 @@ func clean(err error) bool {
 		errors.Is(err, reprise.ErrNotRedrivable)
 }
 
-// close refuses new calls and waits for the running batch and the queued
-// calls to finish.
+// close refuses new calls and waits for the queued calls to finish.
 func (c *committer) close() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.closed = true
-	for c.busy {
-		c.idle.Wait()
+	c.mu.Unlock()
+	select {
+	case c.kick <- struct{}{}:
+	default:
 	}
+	<-c.done
 }
 
 // A txn is a transaction on one connection as a store method sees it: the
