@@ -78,7 +78,7 @@ type Engine struct {
 	steps     map[string]*stepEntry
 	remote    map[string]*stepEntry
 	runners   map[string]*runner
-	waiters   map[string][]chan struct{}
+	waiters   map[string][]chan *Run
 	attempts  map[int64]*attempt
 	perStep   map[string]int
 	// reserved counts room held for steps being leased as they are
@@ -153,7 +153,7 @@ func New(cfg Config) (*Engine, error) {
 		steps:      make(map[string]*stepEntry),
 		remote:     make(map[string]*stepEntry),
 		runners:    make(map[string]*runner),
-		waiters:    make(map[string][]chan struct{}),
+		waiters:    make(map[string][]chan *Run),
 		attempts:   make(map[int64]*attempt),
 		perStep:    make(map[string]int),
 		reservedBy: make(map[string]int),
@@ -378,7 +378,7 @@ func (e *Engine) stopRun(id string) {
 	if r != nil {
 		r.stop(ErrCancelled)
 	}
-	e.notifyFinished(id)
+	e.notifyFinished(id, nil)
 	for _, cid := range children {
 		e.stopRun(cid)
 	}
@@ -419,38 +419,47 @@ func (e *Engine) Redrive(ctx context.Context, runID, by string) error {
 // Wait waits until run id has finished and returns it.
 func (e *Engine) Wait(ctx context.Context, id string) (*Run, error) {
 	for {
-		ch := make(chan struct{})
+		ch := make(chan *Run, 1)
 		e.mu.Lock()
 		e.waiters[id] = append(e.waiters[id], ch)
+		_, resident := e.runners[id]
 		e.mu.Unlock()
-		run, err := e.store.RunGet(ctx, id)
-		if err == nil && run.Status.Final() {
-			e.dropWaiter(id, ch)
-			return run, nil
-		}
-		if err != nil {
-			e.dropWaiter(id, ch)
-			return nil, err
+		// A run this engine executes tells its waiters when it ends, with
+		// its final state: no need to read it first.
+		if !resident {
+			run, err := e.store.RunGet(ctx, id)
+			if err == nil && run.Status.Final() {
+				e.dropWaiter(id, ch)
+				return run, nil
+			}
+			if err != nil {
+				e.dropWaiter(id, ch)
+				return nil, err
+			}
 		}
 		// Runs finished by another process are noticed by polling.
 		t := time.NewTimer(e.cfg.PollInterval)
 		select {
-		case <-ch:
+		case run := <-ch:
+			t.Stop()
+			if run != nil {
+				return run, nil
+			}
+			continue
 		case <-t.C:
 		case <-ctx.Done():
 			t.Stop()
 			e.dropWaiter(id, ch)
 			return nil, context.Cause(ctx)
 		}
-		t.Stop()
 		e.dropWaiter(id, ch)
 	}
 }
 
-func (e *Engine) dropWaiter(id string, ch chan struct{}) {
+func (e *Engine) dropWaiter(id string, ch chan *Run) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	list := slices.DeleteFunc(e.waiters[id], func(c chan struct{}) bool { return c == ch })
+	list := slices.DeleteFunc(e.waiters[id], func(c chan *Run) bool { return c == ch })
 	if len(list) == 0 {
 		delete(e.waiters, id)
 	} else {
@@ -458,13 +467,20 @@ func (e *Engine) dropWaiter(id string, ch chan struct{}) {
 	}
 }
 
-func (e *Engine) notifyFinished(id string) {
+// notifyFinished wakes the waiters of a run that ended, with its final
+// state when the caller knows it (else nil: they read it).
+func (e *Engine) notifyFinished(id string, run *Run) {
 	e.mu.Lock()
 	list := e.waiters[id]
 	delete(e.waiters, id)
 	e.mu.Unlock()
 	for _, ch := range list {
-		close(ch)
+		var cp *Run
+		if run != nil {
+			c := *run
+			cp = &c
+		}
+		ch <- cp
 	}
 }
 
@@ -644,7 +660,7 @@ func (e *Engine) runnerDone(r *runner, finished bool) {
 	r.cancel(nil)
 	e.act.Add(1)
 	if finished {
-		e.notifyFinished(r.id)
+		e.notifyFinished(r.id, r.final)
 	}
 	e.runnersWG.Done()
 }
@@ -668,7 +684,7 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 	// Once r is out of e.runners no claim can store a token in it.
 	if newer := r.token.Load(); newer != token {
 		e.startRunner(RunLease{Token: newer, Run: &Run{
-			ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution, ParentID: r.parentID,
+			ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution, ParentID: r.parentID, CreatedAt: r.created,
 		}}, false)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -204,6 +205,51 @@ func TestPerNameDefaultPolicies(t *testing.T) {
 	for pos, n := range want {
 		if got[pos] != n {
 			t.Errorf("position %d made %d attempts, want %d", pos, got[pos], n)
+		}
+	}
+}
+
+// TestWaitGivesTheStoredRun: a run this engine executes hands its waiters
+// its end state from memory; it must be what the store holds.
+func TestWaitGivesTheStoredRun(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	echo := reprise.NewStep("echo", func(ctx context.Context, s string) (string, error) {
+		<-release
+		return s, nil
+	})
+	wf := reprise.NewWorkflow("wait-state", func(ctx context.Context, s string) (string, error) {
+		out, err := reprise.Step(ctx, echo, s)
+		if s == "fail" {
+			return "", errors.New("told to fail")
+		}
+		return out + "!", err
+	})
+	env := reprisetest.New(t, nil, wf, echo)
+	for _, in := range []string{"ok", "fail"} {
+		h, err := wf.Start(t.Context(), env.Engine, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Wait while the run is resident, so that the end state comes
+		// from memory (almost always: the sleep only makes it likely).
+		waited := make(chan *reprise.Run, 1)
+		go func() {
+			run, err := env.Engine.Wait(t.Context(), h.ID)
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- run
+		}()
+		time.Sleep(20 * time.Millisecond)
+		release <- struct{}{}
+		got := <-waited
+		want, err := env.Engine.GetRun(t.Context(), h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Wait gave\n%+v\nthe store has\n%+v", in, got, want)
 		}
 	}
 }

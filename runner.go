@@ -30,6 +30,11 @@ type runner struct {
 	input     json.RawMessage
 
 	parentID string
+	// created is when the run was created, if known; final is the run's
+	// end state, once it finished, for waiters (nil when created is not
+	// known).
+	created time.Time
+	final   *Run
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -128,6 +133,7 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 		input:     lease.Run.Input,
 		cancel:    cancel,
 		parentID:  lease.Run.ParentID,
+		created:   lease.Run.CreatedAt,
 		cmds:      make(map[int]*command),
 		signals:   make(map[string][]*Event),
 		taken:     make(map[string]int),
@@ -237,12 +243,26 @@ func (r *runner) run(fresh bool) {
 		e.log.Debug("run continued as new", "run_id", r.id, "execution", r.execution+1)
 		e.runnerDone(r, false)
 		e.startRunner(RunLease{Token: r.token.Load(), Run: &Run{
-			ID: r.id, Workflow: r.workflow.name, Input: finish.Input, Execution: r.execution + 1, ParentID: r.parentID,
+			ID: r.id, Workflow: r.workflow.name, Input: finish.Input, Execution: r.execution + 1, ParentID: r.parentID, CreatedAt: r.created,
 		}}, false)
 	default:
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
 		e.deliver(adv.Parent)
+		r.final = r.finalRun(finish, adv.Events)
 		e.runnerDone(r, true)
+	}
+}
+
+// finalRun is the run as the store now has it, ended by finish with
+// events, or nil if the runner does not know when the run was created.
+func (r *runner) finalRun(finish *RunFinish, events []Event) *Run {
+	if r.created.IsZero() || len(events) == 0 {
+		return nil
+	}
+	return &Run{
+		ID: r.id, Workflow: r.workflow.name, Status: finish.Status, Input: r.input,
+		Output: finish.Output, Error: finish.Error, Execution: r.execution, ParentID: r.parentID,
+		CreatedAt: r.created, UpdatedAt: events[len(events)-1].At,
 	}
 }
 
