@@ -37,6 +37,9 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		if err != nil {
 			return err
 		}
+		// What this advance adds, its end cleans up too.
+		run.timers = run.timers || len(p.Timers) > 0
+		run.children = run.children || len(p.Children) > 0
 		if run.token != p.Token {
 			return reprise.ErrLeaseLost
 		}
@@ -105,7 +108,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		var parent reprise.Event // what the run's end tells its parent
 		switch {
 		case f != nil && f.ContinueAsNew:
-			if err := tx.dropWork(p.RunID, !run.failedSteps); err != nil {
+			if err := tx.dropWork(p.RunID, run.work(true)); err != nil {
 				return err
 			}
 			if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
@@ -127,7 +130,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 			if err != nil {
 				return err
 			}
-			if err := tx.dropWork(p.RunID, f.Status == reprise.RunFailed || !run.failedSteps); err != nil {
+			if err := tx.dropWork(p.RunID, run.work(f.Status != reprise.RunFailed)); err != nil {
 				return err
 			}
 			if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
@@ -263,8 +266,11 @@ func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, e
 
 // A runState is what a write reads of an active run: its state, lease,
 // parent, and the last Seq of its history; for a run that ends, whether it
-// has active children and failed steps, which are then cleaned up.
+// has tasks, timers, active children and failed steps, which are then
+// cleaned up.
 type runState struct {
+	tasks           bool
+	timers          bool
 	children        bool
 	failedSteps     bool
 	status          reprise.RunStatus
@@ -279,16 +285,19 @@ type runState struct {
 }
 
 // activeRunSQL reads a run's state; activeRunEndingSQL also whether it
-// has active children and failed steps, in the same statement: a run's end
-// then needs no statements to clean up what it does not have.
+// has tasks, timers, active children and failed steps, in the same
+// statement: a run's end then needs no statements to clean up what it does
+// not have.
 const (
 	activeRunSQL = `
 		SELECT status, token, execution, workflow, owner, coalesce(parent_id, ''), parent_position, parent_execution,
-			` + lastSeq + `, 0, 0
+			` + lastSeq + `, 1, 1, 0, 0
 		FROM runs WHERE id = ?1`
 	activeRunEndingSQL = `
 		SELECT status, token, execution, workflow, owner, coalesce(parent_id, ''), parent_position, parent_execution,
 			` + lastSeq + `,
+			EXISTS (SELECT 1 FROM tasks WHERE run_id = ?1),
+			EXISTS (SELECT 1 FROM timers WHERE run_id = ?1),
 			EXISTS (SELECT 1 FROM runs c WHERE c.parent_id = ?1 AND c.status IN ('pending', 'running')),
 			EXISTS (SELECT 1 FROM failed_steps WHERE run_id = ?1)
 		FROM runs WHERE id = ?1`
@@ -300,15 +309,15 @@ const (
 func (tx *txn) activeRun(id string, ending bool) (runState, error) {
 	var r runState
 	var status string
-	var children, failed int
+	var tasks, timers, children, failed int
 	query := activeRunSQL
 	if ending {
 		query = activeRunEndingSQL
 	}
 	err := tx.queryRow(query, id).
 		Scan(&status, &r.token, &r.execution, &r.workflow, &r.owner, &r.parentID, &r.parentPosition,
-			&r.parentExecution, &r.last, &children, &failed)
-	r.children, r.failedSteps = children != 0, failed != 0
+			&r.parentExecution, &r.last, &tasks, &timers, &children, &failed)
+	r.tasks, r.timers, r.children, r.failedSteps = tasks != 0, timers != 0, children != 0, failed != 0
 	r.status = reprise.RunStatus(status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -321,20 +330,37 @@ func (tx *txn) activeRun(id string, ending bool) (runState, error) {
 	return r, nil
 }
 
-// dropWork deletes a run's tasks and timers: results of attempts still
-// running then find no task and are rejected, and no timer fires. Unless
-// keepFailed (the run failed, and may be redriven, or has none), the failed
-// steps kept for a redrive go too.
-func (tx *txn) dropWork(runID string, keepFailed bool) error {
-	if _, err := tx.exec(`DELETE FROM tasks WHERE run_id = ?`, runID); err != nil {
-		return err
+// work says what dropWork deletes.
+type work struct{ tasks, timers, failedSteps bool }
+
+// allWork is every kind of work, for a run whose state was not read.
+var allWork = work{true, true, true}
+
+// work is what an ending run has to drop; dropFailed drops the failed
+// steps kept for a redrive too (a run that fails keeps them).
+func (r runState) work(dropFailed bool) work {
+	return work{tasks: r.tasks, timers: r.timers, failedSteps: dropFailed && r.failedSteps}
+}
+
+// dropWork deletes a run's tasks and timers, so that results of attempts
+// still running find no task and are rejected and no timer fires, and with
+// w.failedSteps the failed steps kept for a redrive. It skips what the run
+// is known not to have.
+func (tx *txn) dropWork(runID string, w work) error {
+	for _, d := range []struct {
+		do    bool
+		query string
+	}{
+		{w.tasks, `DELETE FROM tasks WHERE run_id = ?`},
+		{w.timers, `DELETE FROM timers WHERE run_id = ?`},
+		{w.failedSteps, `DELETE FROM failed_steps WHERE run_id = ?`},
+	} {
+		if !d.do {
+			continue
+		}
+		if _, err := tx.exec(d.query, runID); err != nil {
+			return err
+		}
 	}
-	if _, err := tx.exec(`DELETE FROM timers WHERE run_id = ?`, runID); err != nil {
-		return err
-	}
-	if keepFailed {
-		return nil
-	}
-	_, err := tx.exec(`DELETE FROM failed_steps WHERE run_id = ?`, runID)
-	return err
+	return nil
 }

@@ -92,7 +92,7 @@ func (tx *txn) cancelRun(id string, execution int, last int64, reason string) er
 	if err := tx.appendEvents(id, last, cancelled, nil); err != nil {
 		return err
 	}
-	if err := tx.dropWork(id, false); err != nil {
+	if err := tx.dropWork(id, allWork); err != nil {
 		return err
 	}
 	return tx.cancelChildren(id, reasonParentCancelled)
