@@ -64,29 +64,49 @@ const lastSeq = `(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?1)`
 // appendEvents appends events to the run's history, numbering them after
 // last, the run's last Seq, at the batch's time. It sets their Seq and At.
 // bodies holds the events encoded ahead, off the write path; the others
-// (a nil or missing body) are encoded here.
+// (a nil or missing body) are encoded here. The events go in as few
+// statements as insertEventsSQL allows: SQLite's work per statement is a
+// good part of an insert's.
 func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bodies [][]byte) error {
-	for i := range events {
-		e := &events[i]
-		e.Seq, e.At = last+int64(i)+1, tx.now
-		var body []byte
-		if i < len(bodies) {
-			body = bodies[i]
-		}
-		if body == nil {
-			var err error
-			if body, err = encodeEvent(*e); err != nil {
-				return err
+	args := make([]any, 0, 6*min(len(events), len(insertEventsSQL)))
+	for i := 0; i < len(events); {
+		n := min(len(events)-i, len(insertEventsSQL))
+		args = args[:0]
+		for j := i; j < i+n; j++ {
+			e := &events[j]
+			e.Seq, e.At = last+int64(j)+1, tx.now
+			var body []byte
+			if j < len(bodies) {
+				body = bodies[j]
 			}
+			if body == nil {
+				var err error
+				if body, err = encodeEvent(*e); err != nil {
+					return err
+				}
+			}
+			args = append(args, runID, e.Seq, e.Execution, string(e.Type), tx.nanos, body)
 		}
-		_, err := tx.exec(`INSERT INTO events (run_id, seq, execution, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`,
-			runID, e.Seq, e.Execution, string(e.Type), tx.nanos, body)
-		if err != nil {
-			return fmt.Errorf("append %s: %w", e.Type, err)
+		if _, err := tx.exec(insertEventsSQL[n-1], args...); err != nil {
+			return fmt.Errorf("append %s: %w", events[i].Type, err)
 		}
+		i += n
 	}
 	return nil
 }
+
+// insertEventsSQL[n-1] inserts n events.
+var insertEventsSQL = func() []string {
+	qs := make([]string, 8)
+	q := `INSERT INTO events (run_id, seq, execution, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`
+	for i := range qs {
+		if i > 0 {
+			q += `, (?, ?, ?, ?, ?, ?)`
+		}
+		qs[i] = q
+	}
+	return qs
+}()
 
 // encodeEvents encodes ahead the events whose bodies depend on nothing the
 // write learns: all but timers scheduled, whose fire time is the write's.
