@@ -103,8 +103,10 @@ type Task struct {
 // must pass.
 type Store interface {
 	// RunCreate creates a run and appends RunStarted; with an Owner, the new
-	// run is leased to it. If a run with the id exists, it returns that run
-	// (Token 0) and created=false, and changes nothing.
+	// run is leased to it, and with First as well, First is recorded as
+	// RunAdvance would record it, in the same transaction (the lease's
+	// Advanced says what it did). If a run with the id exists, it returns
+	// that run (Token 0) and created=false, and changes nothing.
 	RunCreate(ctx context.Context, p *RunCreateParams) (lease RunLease, created bool, err error)
 	// RunGet returns a run, or ErrNotFound.
 	RunGet(ctx context.Context, id string) (*Run, error)
@@ -185,6 +187,11 @@ type RunCreateParams struct {
 	// Owner, when set, leases the new run to that engine for LeaseTTL.
 	Owner    string
 	LeaseTTL time.Duration
+	// First is the workflow's first advance, for an engine that ran the
+	// new run's code up to its first wait before creating it: one
+	// transaction instead of two. It needs Owner; its RunID and Token are
+	// ignored.
+	First *RunAdvanceParams
 }
 
 // RunListParams filters and pages RunList.
@@ -213,6 +220,8 @@ type RunClaimParams struct {
 type RunLease struct {
 	Run   *Run
 	Token int64
+	// Advanced is what RunCreateParams.First recorded; nil without one.
+	Advanced *Advanced
 }
 
 // RunRenewParams renews an owner's run leases.

@@ -15,160 +15,183 @@ import (
 // scheduled (steps, timers, markers, children) in position order, then
 // the positions it cancelled, then its end.
 func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
-	f := p.Finish
-	var errBlob any
-	if f != nil && !f.ContinueAsNew {
-		if !f.Status.Final() {
-			return nil, fmt.Errorf("advance run %s: finish with status %q", p.RunID, f.Status)
-		}
-		var err error
-		if errBlob, err = errorBlob(f.Error); err != nil {
-			return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
-		}
-	}
-	plan, err := planAdvance(p)
+	pa, err := prepareAdvance(p)
 	if err != nil {
 		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
 	}
 	var adv *reprise.Advanced
 	err = s.write(ctx, func(tx *txn) error {
 		adv = nil
-		run, err := tx.activeRun(p.RunID, f != nil)
+		run, err := tx.activeRun(p.RunID, p.Finish != nil)
 		if err != nil {
 			return err
 		}
-		// What this advance adds, its end cleans up too.
-		run.timers = run.timers || len(p.Timers) > 0
-		run.children = run.children || len(p.Children) > 0
 		if run.token != p.Token {
 			return reprise.ErrLeaseLost
 		}
-		a := &reprise.Advanced{Events: make([]reprise.Event, 0, len(plan)+1)}
-		var bodies [][]byte
-		add := func(e reprise.Event, body []byte) {
-			if e.Execution == 0 {
-				e.Execution = run.execution
-			}
-			a.Events = append(a.Events, e)
-			bodies = append(bodies, body)
-		}
-
-		// What the workflow scheduled, in position order. Steps of an
-		// advance that finishes the run get no task: Finish would drop it.
-		for _, pl := range plan {
-			e := pl.event
-			switch {
-			case pl.step != nil && f == nil:
-				task, err := tx.scheduleStep(p, pl.step, run.execution)
-				if err != nil {
-					return err
-				}
-				add(e, pl.body)
-				if task != nil {
-					a.Tasks = append(a.Tasks, task)
-					add(reprise.Event{
-						Type: reprise.EventAttemptStarted, Position: task.Position, Step: task.Step, Attempt: 1,
-						Worker: p.LeaseOwner, LeaseUntil: task.LeaseUntil, IdempotencyKey: task.IdempotencyKey,
-					}, nil)
-				}
-				continue
-			case pl.timer != nil:
-				e.FireAt = tx.now.Add(pl.timer.Delay)
-				_, err := tx.exec(`INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, ?, ?, ?)`,
-					p.RunID, run.execution, pl.timer.Position, tx.nanos+int64(pl.timer.Delay))
-				if err != nil {
-					return fmt.Errorf("schedule timer %d: %w", pl.timer.Position, err)
-				}
-			case pl.child != nil:
-				if err := tx.createChild(p.RunID, run.execution, pl.child); err != nil {
-					return err
-				}
-			}
-			add(e, pl.body)
-		}
-
-		// The positions the workflow no longer waits for.
-		for _, pos := range p.Cancels {
-			var step string
-			err := tx.queryRow(`DELETE FROM tasks WHERE run_id = ? AND execution = ? AND position = ? RETURNING step`,
-				p.RunID, run.execution, pos).Scan(&step)
-			switch {
-			case err == nil:
-				add(reprise.Event{Type: reprise.EventStepCancelRequested, Position: pos, Step: step}, nil)
-				a.Tasks = slices.DeleteFunc(a.Tasks, func(t *reprise.Task) bool { return t.Position == pos })
-			case !errors.Is(err, sql.ErrNoRows):
-				return fmt.Errorf("cancel position %d: %w", pos, err)
-			}
-			if _, err := tx.exec(`DELETE FROM timers WHERE run_id = ? AND execution = ? AND position = ?`,
-				p.RunID, run.execution, pos); err != nil {
-				return fmt.Errorf("cancel position %d: %w", pos, err)
-			}
-		}
-
-		var parent reprise.Event // what the run's end tells its parent
-		switch {
-		case f != nil && f.ContinueAsNew:
-			if err := tx.dropWork(p.RunID, run.work(true)); err != nil {
-				return err
-			}
-			if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
-				return err
-			}
-			_, err := tx.exec(`UPDATE runs SET status = 'running', execution = execution + 1, input = ? WHERE id = ?`,
-				blob(f.Input), p.RunID)
-			if err != nil {
-				return err
-			}
-			add(reprise.Event{Type: reprise.EventRunContinuedAsNew, Input: f.Input}, nil)
-			add(reprise.Event{
-				Type: reprise.EventRunStarted, Execution: run.execution + 1, Workflow: run.workflow, Input: f.Input,
-			}, nil)
-		case f != nil:
-			_, err := tx.exec(`
-				UPDATE runs SET status = ?, output = ?, error = ?, owner = '', lease_until = 0
-				WHERE id = ?`, string(f.Status), blob(f.Output), errBlob, p.RunID)
-			if err != nil {
-				return err
-			}
-			if err := tx.dropWork(p.RunID, run.work(f.Status != reprise.RunFailed)); err != nil {
-				return err
-			}
-			if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
-				return err
-			}
-			end := reprise.Event{}
-			switch f.Status {
-			case reprise.RunCompleted:
-				end.Type, end.Output = reprise.EventRunCompleted, f.Output
-				parent = reprise.Event{Type: reprise.EventChildCompleted, Output: f.Output}
-			case reprise.RunFailed:
-				end.Type, end.Error = reprise.EventRunFailed, f.Error
-				parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
-			case reprise.RunCancelled:
-				end.Type, end.Error = reprise.EventRunCancelled, f.Error
-				parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
-			}
-			add(end, nil)
-		case run.status == reprise.RunPending:
-			if _, err := tx.exec(`UPDATE runs SET status = 'running' WHERE id = ?`, p.RunID); err != nil {
-				return err
-			}
-		}
-		if err := tx.appendEvents(p.RunID, run.last, a.Events, bodies); err != nil {
-			return err
-		}
-		if parent.Type != "" && run.parentID != "" {
-			if a.Parent, err = tx.tellParent(run, p.RunID, parent); err != nil {
-				return err
-			}
-		}
-		adv = a
-		return nil
+		adv, err = tx.advance(pa, run)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
 	}
 	return adv, nil
+}
+
+// A preparedAdvance is an advance checked, and its events encoded where
+// they can be, ahead of the write.
+type preparedAdvance struct {
+	p       *reprise.RunAdvanceParams
+	plan    []planned
+	errBlob any // the run's error, for an advance that fails it
+}
+
+func prepareAdvance(p *reprise.RunAdvanceParams) (*preparedAdvance, error) {
+	pa := &preparedAdvance{p: p}
+	if f := p.Finish; f != nil && !f.ContinueAsNew {
+		if !f.Status.Final() {
+			return nil, fmt.Errorf("finish with status %q", f.Status)
+		}
+		var err error
+		if pa.errBlob, err = errorBlob(f.Error); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	if pa.plan, err = planAdvance(p); err != nil {
+		return nil, err
+	}
+	return pa, nil
+}
+
+// advance records a prepared advance of a run the caller has read and
+// checked the lease of.
+func (tx *txn) advance(pa *preparedAdvance, run runState) (*reprise.Advanced, error) {
+	p, f, plan := pa.p, pa.p.Finish, pa.plan
+	// What this advance adds, its end cleans up too.
+	run.timers = run.timers || len(p.Timers) > 0
+	run.children = run.children || len(p.Children) > 0
+	a := &reprise.Advanced{Events: make([]reprise.Event, 0, len(plan)+1)}
+	var bodies [][]byte
+	add := func(e reprise.Event, body []byte) {
+		if e.Execution == 0 {
+			e.Execution = run.execution
+		}
+		a.Events = append(a.Events, e)
+		bodies = append(bodies, body)
+	}
+
+	// What the workflow scheduled, in position order. Steps of an
+	// advance that finishes the run get no task: Finish would drop it.
+	for _, pl := range plan {
+		e := pl.event
+		switch {
+		case pl.step != nil && f == nil:
+			task, err := tx.scheduleStep(p, pl.step, run.execution)
+			if err != nil {
+				return nil, err
+			}
+			add(e, pl.body)
+			if task != nil {
+				a.Tasks = append(a.Tasks, task)
+				add(reprise.Event{
+					Type: reprise.EventAttemptStarted, Position: task.Position, Step: task.Step, Attempt: 1,
+					Worker: p.LeaseOwner, LeaseUntil: task.LeaseUntil, IdempotencyKey: task.IdempotencyKey,
+				}, nil)
+			}
+			continue
+		case pl.timer != nil:
+			e.FireAt = tx.now.Add(pl.timer.Delay)
+			_, err := tx.exec(`INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, ?, ?, ?)`,
+				p.RunID, run.execution, pl.timer.Position, tx.nanos+int64(pl.timer.Delay))
+			if err != nil {
+				return nil, fmt.Errorf("schedule timer %d: %w", pl.timer.Position, err)
+			}
+		case pl.child != nil:
+			if err := tx.createChild(p.RunID, run.execution, pl.child); err != nil {
+				return nil, err
+			}
+		}
+		add(e, pl.body)
+	}
+
+	// The positions the workflow no longer waits for.
+	for _, pos := range p.Cancels {
+		var step string
+		err := tx.queryRow(`DELETE FROM tasks WHERE run_id = ? AND execution = ? AND position = ? RETURNING step`,
+			p.RunID, run.execution, pos).Scan(&step)
+		switch {
+		case err == nil:
+			add(reprise.Event{Type: reprise.EventStepCancelRequested, Position: pos, Step: step}, nil)
+			a.Tasks = slices.DeleteFunc(a.Tasks, func(t *reprise.Task) bool { return t.Position == pos })
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, fmt.Errorf("cancel position %d: %w", pos, err)
+		}
+		if _, err := tx.exec(`DELETE FROM timers WHERE run_id = ? AND execution = ? AND position = ?`,
+			p.RunID, run.execution, pos); err != nil {
+			return nil, fmt.Errorf("cancel position %d: %w", pos, err)
+		}
+	}
+
+	var parent reprise.Event // what the run's end tells its parent
+	switch {
+	case f != nil && f.ContinueAsNew:
+		if err := tx.dropWork(p.RunID, run.work(true)); err != nil {
+			return nil, err
+		}
+		if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
+			return nil, err
+		}
+		_, err := tx.exec(`UPDATE runs SET status = 'running', execution = execution + 1, input = ? WHERE id = ?`,
+			blob(f.Input), p.RunID)
+		if err != nil {
+			return nil, err
+		}
+		add(reprise.Event{Type: reprise.EventRunContinuedAsNew, Input: f.Input}, nil)
+		add(reprise.Event{
+			Type: reprise.EventRunStarted, Execution: run.execution + 1, Workflow: run.workflow, Input: f.Input,
+		}, nil)
+	case f != nil:
+		_, err := tx.exec(`
+			UPDATE runs SET status = ?, output = ?, error = ?, owner = '', lease_until = 0
+			WHERE id = ?`, string(f.Status), blob(f.Output), pa.errBlob, p.RunID)
+		if err != nil {
+			return nil, err
+		}
+		if err := tx.dropWork(p.RunID, run.work(f.Status != reprise.RunFailed)); err != nil {
+			return nil, err
+		}
+		if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
+			return nil, err
+		}
+		end := reprise.Event{}
+		switch f.Status {
+		case reprise.RunCompleted:
+			end.Type, end.Output = reprise.EventRunCompleted, f.Output
+			parent = reprise.Event{Type: reprise.EventChildCompleted, Output: f.Output}
+		case reprise.RunFailed:
+			end.Type, end.Error = reprise.EventRunFailed, f.Error
+			parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+		case reprise.RunCancelled:
+			end.Type, end.Error = reprise.EventRunCancelled, f.Error
+			parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+		}
+		add(end, nil)
+	case run.status == reprise.RunPending:
+		if _, err := tx.exec(`UPDATE runs SET status = 'running' WHERE id = ?`, p.RunID); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.appendEvents(p.RunID, run.last, a.Events, bodies); err != nil {
+		return nil, err
+	}
+	if parent.Type != "" && run.parentID != "" {
+		var err error
+		if a.Parent, err = tx.tellParent(run, p.RunID, parent); err != nil {
+			return nil, err
+		}
+	}
+	return a, nil
 }
 
 // A planned event is one an advance appends for something the workflow

@@ -50,11 +50,25 @@ func getRun(tx *txn, id string) (*reprise.Run, error) {
 	return run, err
 }
 
-// RunCreate creates a run, or returns the existing one with the id.
+// RunCreate creates a run, or returns the existing one with the id. With
+// p.First, the new run is created running and the advance recorded at once.
 func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (reprise.RunLease, bool, error) {
 	startedBody, err := encodeEvents([]reprise.Event{{Type: reprise.EventRunStarted, Workflow: p.Workflow, Input: p.Input}})
 	if err != nil {
 		return reprise.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
+	}
+	status := reprise.RunPending
+	var first *preparedAdvance
+	if p.First != nil {
+		if p.Owner == "" {
+			return reprise.RunLease{}, false, fmt.Errorf("create run %s: a first advance needs an owner", p.ID)
+		}
+		fp := *p.First
+		fp.RunID = p.ID
+		if first, err = prepareAdvance(&fp); err != nil {
+			return reprise.RunLease{}, false, fmt.Errorf("create run %s: first advance: %w", p.ID, err)
+		}
+		status = reprise.RunRunning
 	}
 	var lease reprise.RunLease
 	var created bool
@@ -67,9 +81,9 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		n, err := tx.exec(`
 			INSERT INTO runs (id, workflow, status, input, owner, lease_until, token, created_at,
 				parent_id, parent_position, parent_execution)
-			VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
-			p.ID, p.Workflow, blob(p.Input), p.Owner, until, token, tx.nanos,
+			p.ID, p.Workflow, string(status), blob(p.Input), p.Owner, until, token, tx.nanos,
 			nullString(p.ParentID), p.ParentPosition, p.ParentExecution)
 		if err != nil {
 			return err
@@ -82,10 +96,26 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		if err := tx.appendEvents(p.ID, 0, started, startedBody); err != nil {
 			return err
 		}
-		lease = reprise.RunLease{Token: token, Run: &reprise.Run{
-			ID: p.ID, Workflow: p.Workflow, Status: reprise.RunPending, Input: p.Input,
+		run := &reprise.Run{
+			ID: p.ID, Workflow: p.Workflow, Status: status, Input: p.Input,
 			Execution: 1, ParentID: p.ParentID, CreatedAt: tx.now, UpdatedAt: tx.now,
-		}}
+		}
+		lease = reprise.RunLease{Token: token, Run: run}
+		if first != nil {
+			state := runState{
+				status: status, token: token, execution: 1, last: 1, workflow: p.Workflow, owner: p.Owner,
+				parentID: p.ParentID, parentPosition: p.ParentPosition, parentExecution: p.ParentExecution,
+			}
+			if lease.Advanced, err = tx.advance(first, state); err != nil {
+				return err
+			}
+			if f := p.First.Finish; f != nil && !f.ContinueAsNew {
+				run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
+			}
+			if f := p.First.Finish; f != nil && f.ContinueAsNew {
+				run.Execution, run.Input = 2, f.Input
+			}
+		}
 		created = true
 		return nil
 	})

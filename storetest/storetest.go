@@ -24,6 +24,7 @@ type Open func(t *testing.T, now func() time.Time) reprise.Store
 // own store, and most run in parallel.
 func Run(t *testing.T, open func(t *testing.T, now func() time.Time) reprise.Store) {
 	t.Run("RunCreate", func(t *testing.T) { t.Parallel(); testRunCreate(t, open) })
+	t.Run("RunCreateFirst", func(t *testing.T) { t.Parallel(); testRunCreateFirst(t, open) })
 	t.Run("RunGet", func(t *testing.T) { t.Parallel(); testRunGet(t, open) })
 	t.Run("RunList", func(t *testing.T) { t.Parallel(); testRunList(t, open) })
 	t.Run("RunClaim", func(t *testing.T) { t.Parallel(); testRunClaim(t, open) })
