@@ -59,6 +59,9 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 	if p.ID == "" || p.Workflow == "" {
 		return reprise.RunLease{}, false, errors.New("create run: id and workflow are required")
 	}
+	if p.First != nil && p.Owner == "" {
+		return reprise.RunLease{}, false, fmt.Errorf("create run %q: a first advance needs an owner", p.ID)
+	}
 	var (
 		lease   reprise.RunLease
 		created bool
@@ -115,8 +118,40 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 	if err != nil {
 		return reprise.RunLease{}, false, fmt.Errorf("create run %q: %w", p.ID, err)
 	}
+	if created && p.First != nil {
+		if err := s.first(ctx, p, &lease); err != nil {
+			return reprise.RunLease{}, false, err
+		}
+	}
 	return lease, created, nil
 }
+
+// first records a new run's first advance. It is a transaction of its own
+// after the create's: should the process die in between, the run is left
+// leased and unadvanced, and replayed from its start once the lease lapses,
+// as a run created without a first advance would be.
+func (s *Store) first(ctx context.Context, p *reprise.RunCreateParams, lease *reprise.RunLease) error {
+	fp := *p.First
+	fp.RunID, fp.Token = p.ID, lease.Token
+	adv, err := s.RunAdvance(ctx, &fp)
+	if err != nil {
+		return fmt.Errorf("create run %q: first advance: %w", p.ID, err)
+	}
+	lease.Advanced = adv
+	run := lease.Run
+	run.Status = reprise.RunRunning
+	switch f := fp.Finish; {
+	case f != nil && f.ContinueAsNew:
+		run.Execution, run.Input = run.Execution+1, f.Input
+	case f != nil:
+		run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
+	}
+	if n := len(adv.Events); n > 0 {
+		run.UpdatedAt = adv.Events[n-1].At
+	}
+	return nil
+}
+
 
 // RunGet returns a run, or ErrNotFound.
 func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
