@@ -302,9 +302,14 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	if wf == nil {
 		return nil, false, fmt.Errorf("start run: workflow %q: %w", workflow, ErrNotRegistered)
 	}
-	lease, created, err := e.store.RunCreate(ctx, &RunCreateParams{
-		ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL,
-	})
+	p := RunCreateParams{ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL}
+	if owner != "" {
+		if res := e.startEager(ctx, wf, p); !res.fallback {
+			return res.run, res.created, res.err
+		}
+		owner, p.Owner = "", ""
+	}
+	lease, created, err := e.store.RunCreate(ctx, &p)
 	if err != nil {
 		return nil, false, fmt.Errorf("start run: %w", err)
 	}
@@ -378,7 +383,7 @@ func (e *Engine) stopRun(id string) {
 	if r != nil {
 		r.stop(ErrCancelled)
 	}
-	e.notifyFinished(id, nil)
+	e.wakeWaiters(id, nil)
 	for _, cid := range children {
 		e.stopRun(cid)
 	}
@@ -467,9 +472,10 @@ func (e *Engine) dropWaiter(id string, ch chan *Run) {
 	}
 }
 
-// notifyFinished wakes the waiters of a run that ended, with its final
-// state when the caller knows it (else nil: they read it).
-func (e *Engine) notifyFinished(id string, run *Run) {
+// wakeWaiters wakes the waiters of a run that ended or that this engine
+// stopped executing, with its end state when the caller knows it (else
+// nil: they read it).
+func (e *Engine) wakeWaiters(id string, run *Run) {
 	e.mu.Lock()
 	list := e.waiters[id]
 	delete(e.waiters, id)
@@ -659,8 +665,13 @@ func (e *Engine) runnerDone(r *runner, finished bool) {
 	e.mu.Unlock()
 	r.cancel(nil)
 	e.act.Add(1)
+	// Waiters skip reading a resident run and count on this: with the end
+	// state, or with nil to read the run, which may have ended otherwise
+	// (cancelled, say) or moved to another engine.
 	if finished {
-		e.notifyFinished(r.id, r.final)
+		e.wakeWaiters(r.id, r.final)
+	} else {
+		e.wakeWaiters(r.id, nil)
 	}
 	e.runnersWG.Done()
 }

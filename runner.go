@@ -35,6 +35,8 @@ type runner struct {
 	// known).
 	created time.Time
 	final   *Run
+	// birth is set until an eager start's run is created (see eager.go).
+	birth *birth
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -217,6 +219,11 @@ func (r *runner) run(fresh bool) {
 	}
 	finish, exit := r.execute()
 	if exit != nil {
+		if r.birth != nil {
+			r.stillborn()
+			e.runnerDone(r, false)
+			return
+		}
 		if lost, ok := errors.AsType[*leaseLostError](exit.cause); ok {
 			e.runnerLeaseLost(r, lost.token)
 			return
@@ -230,7 +237,17 @@ func (r *runner) run(fresh bool) {
 	}
 	// Pending select cancels go with the end, so the history says so.
 	token := r.token.Load()
-	adv, err := e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: token, Cancels: r.cancels, Finish: finish})
+	var adv *Advanced
+	var err error
+	if r.birth != nil {
+		var ok bool
+		if adv, ok = r.create(finish); !ok {
+			e.runnerDone(r, false)
+			return
+		}
+	} else {
+		adv, err = e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: token, Cancels: r.cancels, Finish: finish})
+	}
 	switch {
 	case errors.Is(err, ErrLeaseLost):
 		e.runnerLeaseLost(r, token)
@@ -504,8 +521,15 @@ func (r *runner) cancelLosers(fs []*future, win int) {
 
 // flush writes the buffered commands in one transaction. Steps this
 // engine runs and has room for are leased to it in the same transaction,
-// skipping a round trip through the queue.
+// skipping a round trip through the queue. The first flush of an eager
+// start creates the run.
 func (r *runner) flush() {
+	if r.birth != nil {
+		if _, ok := r.create(nil); !ok {
+			panic(runExit{})
+		}
+		return
+	}
 	if len(r.steps)+len(r.timers)+len(r.markers)+len(r.children)+len(r.cancels) == 0 {
 		return
 	}
@@ -526,6 +550,13 @@ func (r *runner) flush() {
 		}
 		panic(runExit{fmt.Errorf("advance run: %w", err)})
 	}
+	r.advanced(adv, reserved)
+}
+
+// advanced takes what a flush recorded: the buffers empty, the events
+// applied, the steps leased at once started; reserved is what the flush
+// reserved for them.
+func (r *runner) advanced(adv *Advanced, reserved []string) {
 	scheduled := len(r.steps) - len(adv.Tasks)
 	children := len(r.children) > 0
 	clear(r.steps)

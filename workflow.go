@@ -190,7 +190,11 @@ func Select(ctx context.Context, fs ...Awaitable) int {
 // Now returns the workflow's time: the time of the latest history event it
 // has consumed. It is the same on every replay.
 func Now(ctx context.Context) time.Time {
-	return mustRunner(ctx, "Now").now
+	r := mustRunner(ctx, "Now")
+	if r.birth != nil {
+		r.flush() // the run's start time is the store's, known once it exists
+	}
+	return r.now
 }
 
 // RunID returns the id of the run a workflow context belongs to.
