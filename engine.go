@@ -108,6 +108,10 @@ type Engine struct {
 	busy   atomic.Int64
 	inStep atomic.Int64
 	act    atomic.Int64
+
+	// wakeAt is when the sleeping dispatcher next looks at the store, in
+	// Unix nanoseconds; 0 while it is awake.
+	wakeAt atomic.Int64
 }
 
 // New returns an engine; it does nothing until Run.

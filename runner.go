@@ -557,7 +557,9 @@ func (r *runner) flush() {
 // applied, the steps leased at once started; reserved is what the flush
 // reserved for them.
 func (r *runner) advanced(adv *Advanced, reserved []string) {
-	scheduled := len(r.steps) - len(adv.Tasks)
+	// Steps left in the queue and new timers change when the dispatcher
+	// must next look; the rest does not.
+	due := len(r.steps)-len(adv.Tasks) > 0 || len(r.timers) > 0
 	children := len(r.children) > 0
 	clear(r.steps)
 	r.steps, r.timers, r.markers, r.children, r.cancels = r.steps[:0], r.timers[:0], r.markers[:0], r.children[:0], r.cancels[:0]
@@ -569,7 +571,7 @@ func (r *runner) advanced(adv *Advanced, reserved []string) {
 	if children {
 		r.e.claimSoon() // this engine may run the children itself
 	}
-	if scheduled > 0 || len(adv.Events) > 0 {
+	if due {
 		r.e.kick()
 	}
 }

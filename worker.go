@@ -50,32 +50,32 @@ func (e *Engine) kick() {
 func (e *Engine) dispatch(ctx context.Context) {
 	t := e.clock.NewTimer(time.Hour)
 	defer t.Stop()
-	var wake Wake
-	kicked := true
 	for {
 		e.busy.Add(1)
 		now := e.clock.Now()
+		// Ask the store what is due, a read, before writes that would hold
+		// the write lock to find nothing; ask again after acting.
+		wake := e.nextWake(ctx, now)
+		claimed, acted := false, false
 		if due(wake.Timer, now) {
 			e.fireTimers(ctx)
+			acted = true
 		}
 		if due(wake.Lease, now) {
 			e.reap(ctx)
+			acted = true
 		}
-		claimed := false
-		if kicked || due(wake.Task, now) {
+		if due(wake.Task, now) {
 			claimed = e.claimTasks(ctx)
+			acted = true
 		}
-		var err error
-		wake, err = e.store.NextWake(ctx, &NextWakeParams{Steps: e.localSteps()})
-		if err != nil && ctx.Err() == nil {
-			e.log.Warn("next wake", "err", err)
-			wake = Wake{Task: now.Add(e.cfg.PollInterval)}
+		if acted {
+			wake = e.nextWake(ctx, now)
 		}
 		next := earliest(wake.Timer, wake.Lease)
 		if e.hasRoom() {
 			next = earliest(next, wake.Task)
 		}
-		kicked = false
 		if claimed || (!next.IsZero() && !next.After(e.clock.Now())) {
 			e.busy.Add(-1)
 			if ctx.Err() != nil {
@@ -93,16 +93,28 @@ func (e *Engine) dispatch(ctx context.Context) {
 			}
 		}
 		t.Reset(next.Sub(e.clock.Now()))
+		e.wakeAt.Store(next.UnixNano())
 		e.busy.Add(-1)
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.kickc:
-			kicked = true
 			e.busy.Add(-1) // the kick's count; the loop adds its own
 		case <-t.C():
 		}
+		e.wakeAt.Store(0)
 	}
+}
+
+// nextWake asks the store when something next becomes due; on an error,
+// it says to look again after the poll interval.
+func (e *Engine) nextWake(ctx context.Context, now time.Time) Wake {
+	wake, err := e.store.NextWake(ctx, &NextWakeParams{Steps: e.localSteps()})
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn("next wake", "err", err)
+		return Wake{Task: now.Add(e.cfg.PollInterval)}
+	}
+	return wake
 }
 
 func due(at, now time.Time) bool { return !at.IsZero() && !at.After(now) }
@@ -247,7 +259,18 @@ func (e *Engine) newAttemptLocked(t *Task) *attempt {
 	ctx, cancel := context.WithCancelCause(e.workCtx)
 	a := &attempt{task: t, ctx: ctx, cancel: cancel}
 	e.attempts[t.ID] = a
+	e.watch(t.LeaseUntil) // for the reaper
 	return a
+}
+
+// watch makes sure the dispatcher looks at the store by a time something
+// written becomes due (a lease lapses, a retry is ready): it kicks the
+// dispatcher unless it sleeps until no later than that. A dispatcher that
+// is awake may have read the store before the write, so it is kicked too.
+func (e *Engine) watch(due time.Time) {
+	if at := e.wakeAt.Load(); at == 0 || due.UnixNano() < at {
+		e.kick()
+	}
 }
 
 // nextAttempt ends attempt a and returns the attempt that follows it at
@@ -260,9 +283,17 @@ func (e *Engine) nextAttempt(a *attempt, next *Task) *attempt {
 	if next != nil && e.running {
 		return e.newAttemptLocked(next)
 	}
+	// The slot frees room for a claim only if the engine, or the step,
+	// was full: the dispatcher claims while it has room anyway.
+	full := len(e.attempts)+e.reserved >= e.cfg.MaxConcurrentSteps
+	if s := e.steps[a.task.Step]; s != nil && s.cfg.concurrency > 0 && e.perStep[a.task.Step] >= s.cfg.concurrency {
+		full = true
+	}
 	delete(e.attempts, a.task.ID)
 	e.perStep[a.task.Step]--
-	e.kick()
+	if full {
+		e.kick()
+	}
 	return nil
 }
 
@@ -399,6 +430,13 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *ret
 		e.log.Warn("record attempt", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "err", serr)
 	default:
 		e.deliver(o)
+		if o.Next == nil {
+			for _, ev := range o.Events {
+				if ev.Type == EventAttemptFailed && !ev.RetryAt.IsZero() {
+					e.watch(ev.RetryAt) // the retry, ready then
+				}
+			}
+		}
 		return o.Next
 	}
 	return nil
