@@ -92,6 +92,11 @@ func TestCrashChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	// The parent reads the database once it is set up (WAL mode on, schema
+	// migrated): opening it while this process turns WAL on can fail.
+	if err := os.WriteFile(db+".ready", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e, err := reprise.New(reprise.Config{
 		Store: store, LeaseTTL: time.Second, RunLeaseTTL: time.Second, PollInterval: 100 * time.Millisecond,
 	})
@@ -170,7 +175,7 @@ func (c *crashChild) history() map[string][]reprise.Event {
 func (c *crashChild) waitHistory(cond func(map[string][]reprise.Event) bool) map[string][]reprise.Event {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, err := os.Stat(c.db()); err == nil {
+		if _, err := os.Stat(c.db() + ".ready"); err == nil {
 			if h := c.history(); cond(h) {
 				return h
 			}
