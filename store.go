@@ -241,12 +241,19 @@ type Advanced struct {
 	Parent *Outcome
 }
 
-// RunAdvanceParams records a workflow's progress. Steps and timers are
-// appended in the order of their positions (StepScheduled, TimerScheduled),
-// then the run's end, if Finish is set.
+// RunAdvanceParams records a workflow's progress. Completed results come
+// first (StepCompleted), then steps and timers in the order of their
+// positions (StepScheduled, TimerScheduled), then the run's end, if Finish
+// is set.
 type RunAdvanceParams struct {
 	RunID string
 	Token int64
+	// Completed are results of this run's attempts that the engine handed
+	// to the workflow before recording them: each is recorded as
+	// TaskComplete would record it. If one's token is stale or its lease
+	// has lapsed, the whole advance fails with ErrLeaseLost and changes
+	// nothing.
+	Completed []TaskCompleteParams
 	// LeaseOwner and LeaseTTL lease the steps marked Lease at once, as
 	// TaskClaim would: the engine that schedules a step it can run skips a
 	// round trip through the queue.

@@ -34,6 +34,10 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		if run.token != p.Token {
 			return reprise.ErrLeaseLost
 		}
+		a := newAppender(now)
+		if err := completeAll(ctx, tx, a, run, p.Completed, now); err != nil {
+			return err
+		}
 		dropped, err := dropCancelled(ctx, tx, run, p.Cancels)
 		if err != nil {
 			return err
@@ -45,7 +49,6 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 			}
 		}
 
-		a := newAppender(now)
 		b := &tx.writes
 		sc := &scheduler{a: a, b: b, out: &tx.out, run: run, p: p, starts: p.Finish == nil, dropped: dropped}
 		if err := sc.schedule(); err != nil {
@@ -90,6 +93,43 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
 	}
 	return adv, nil
+}
+
+// completeAll records results handed to the workflow before the advance
+// that reports them, as TaskComplete would: StepCompleted for each, and
+// the task removed. Every attempt's lease must hold at now; a stale one
+// fails the advance with ErrLeaseLost before anything is written.
+func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, results []reprise.TaskCompleteParams, now time.Time) error {
+	for _, c := range results {
+		var (
+			execution, position, attempt int
+			step, owner                  string
+			token                        int64
+			lease                        *time.Time
+		)
+		err := tx.QueryRow(ctx, `
+			SELECT execution, position, step, attempt, token, owner, lease_until FROM reprise_task
+			WHERE id = $1 AND run_id = $2
+			FOR UPDATE`, c.TaskID, run.id).Scan(&execution, &position, &step, &attempt, &token, &owner, &lease)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return reprise.ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		if token != c.Token || owner == "" || lease == nil || !lease.After(now) {
+			return reprise.ErrLeaseLost
+		}
+		err = a.add(run.runHead, reprise.Event{
+			Type: reprise.EventStepCompleted, Execution: execution, Position: position, Step: step,
+			Attempt: attempt, Output: c.Output,
+		})
+		if err != nil {
+			return err
+		}
+		tx.writes.Queue(`DELETE FROM reprise_task WHERE id = $1`, c.TaskID)
+	}
+	return nil
 }
 
 // checkAdvance validates p before any transaction.

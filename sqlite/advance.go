@@ -29,13 +29,54 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		if run.token != p.Token {
 			return reprise.ErrLeaseLost
 		}
-		adv, err = tx.advance(pa, run)
-		return err
+		done, err := tx.completeAll(p.RunID, p.Completed, &run)
+		if err != nil {
+			return err
+		}
+		if adv, err = tx.advance(pa, run); err != nil {
+			return err
+		}
+		adv.Events = append(done, adv.Events...)
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
 	}
 	return adv, nil
+}
+
+// completeAll records results handed to the workflow before the advance
+// that reports them: each attempt's lease must hold, or nothing is
+// written. run.last moves past the events appended.
+func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, run *runState) ([]reprise.Event, error) {
+	if len(results) == 0 {
+		return nil, nil
+	}
+	events := make([]reprise.Event, len(results))
+	for i, c := range results {
+		a, err := tx.leasedAttempt(c.TaskID, c.Token, false)
+		if err != nil {
+			return nil, err
+		}
+		if a.runID != runID {
+			return nil, fmt.Errorf("task %d belongs to run %s", c.TaskID, a.runID)
+		}
+		events[i] = reprise.Event{
+			Type: reprise.EventStepCompleted, Execution: a.execution, Position: a.position, Step: a.step,
+			Attempt: a.attempt, Output: c.Output,
+		}
+	}
+	// Only now, every lease checked, the writes: a stale one changes nothing.
+	for _, c := range results {
+		if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, c.TaskID); err != nil {
+			return nil, err
+		}
+	}
+	if err := tx.appendEvents(runID, run.last, events, nil); err != nil {
+		return nil, err
+	}
+	run.last += int64(len(events))
+	return events, nil
 }
 
 // A preparedAdvance is an advance checked, and its events encoded where
