@@ -9,6 +9,7 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,7 +34,8 @@ type Options struct {
 	Schema string
 	// Now, when set, replaces the database clock: every lease, ready and
 	// event time is computed from it. Tests set it to a fake clock. Default:
-	// nil, the database's now(), so that processes with skewed clocks agree.
+	// nil, the database's statement_timestamp(), so that processes with
+	// skewed clocks agree.
 	Now func() time.Time
 	// Logger receives the store's few log lines (migrations applied, the
 	// notice listener losing its connection). Default: nil, silent.
@@ -41,6 +43,11 @@ type Options struct {
 	// MaxConns caps the connection pool. Default: 0, pgxpool's default (the
 	// greater of 4 and the number of CPUs), or pool_max_conns in the DSN.
 	MaxConns int32
+	// Writers is how many transactions at once record the store's
+	// transitions; the transitions that arrive while they are busy wait,
+	// and then share one transaction (group commit, see committer).
+	// Default: 2.
+	Writers int
 	// NoMigrate stops Open from applying migrations; it still refuses a
 	// database whose schema is newer or older than this binary's. Default:
 	// false, Open migrates.
@@ -56,7 +63,8 @@ type Store struct {
 	now     func() time.Time
 	log     *slog.Logger
 
-	notifier notifier
+	committer committer
+	notifier  notifier
 }
 
 // Open connects to the database at dsn (a postgres:// URL or a key=value
@@ -78,6 +86,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		now:     o.Now,
 		log:     o.Logger,
 	}
+	s.committer.writers = o.Writers
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -110,6 +119,10 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 	if o.MaxConns < 0 {
 		errs = append(errs, fmt.Errorf("max conns %d: negative", o.MaxConns))
 	}
+	if o.Writers < 0 {
+		errs = append(errs, fmt.Errorf("writers %d: negative", o.Writers))
+	}
+	o.Writers = cmp.Or(o.Writers, 2)
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("parse dsn: %w", err))
@@ -138,9 +151,11 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// clock returns the time to use instead of the database's now(), or nil to
-// use the database's: every query takes it as $1 and reads
-// coalesce($1::timestamptz, now()).
+// clock returns the time to use instead of the database's, or nil to use
+// the database's: every query takes it as $1 and reads
+// coalesce($1::timestamptz, statement_timestamp()). The statement's time,
+// not the transaction's (now()): transitions that share a transaction
+// (committer) each read their own time.
 func (s *Store) clock() any {
 	if s.now == nil {
 		return nil

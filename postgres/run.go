@@ -85,7 +85,7 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 				parent_id, parent_position, parent_execution)
 			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,
 				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now, $7, $8, $9
-			FROM (SELECT coalesce($1::timestamptz, now()) AS now) c
+			FROM (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) c
 			ON CONFLICT (id) DO NOTHING
 			RETURNING `+runColumns+`, token`,
 			s.clock(), p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL,
@@ -151,7 +151,6 @@ func (s *Store) first(ctx context.Context, p *reprise.RunCreateParams, lease *re
 	}
 	return nil
 }
-
 
 // RunGet returns a run, or ErrNotFound.
 func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
@@ -229,7 +228,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 	// semi-join of the table with the lists instead was planned, on a new
 	// schema, as a loop that read the lists again for every active run.
 	rows, err := s.pool.Query(ctx, `
-		WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
+		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 		unowned AS (
 			SELECT id, created_at FROM reprise_run
 			WHERE status IN ('pending', 'running') AND owner = ''
@@ -240,7 +239,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 		lapsed AS (
 			SELECT id, created_at FROM reprise_run
 			WHERE status IN ('pending', 'running') AND owner <> ''
-				AND lease_until <= coalesce($1::timestamptz, now())
+				AND lease_until <= coalesce($1::timestamptz, statement_timestamp())
 				AND ($3::text[] IS NULL OR workflow = ANY($3))
 			ORDER BY lease_until
 			LIMIT $4
@@ -303,7 +302,7 @@ func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 // renew is one try of RunRenew's statement.
 func (s *Store) renew(ctx context.Context, p *reprise.RunRenewParams) (pgconn.CommandTag, error) {
 	return s.pool.Exec(ctx, `
-		WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
+		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 		held AS (
 			SELECT id AS held_id FROM reprise_run
 			WHERE owner = $2 AND status IN ('pending', 'running')
@@ -356,18 +355,18 @@ func (r *lockedRun) active() bool { return !r.status.Final() }
 // of a child (which writes to its parent) and the end of its parent (which
 // cancels the child) wait for each other instead of deadlocking.
 func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
-	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run WHERE id = $2 FOR UPDATE`
+	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run WHERE id = $2 FOR UPDATE`
 	if withParent {
 		// Two lookups by key, the parent's read (and locked) first; an
 		// array of the two ids may be planned as a scan of the table
 		// (see appender.queue).
 		query = `
 			WITH parent AS (
-				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run
+				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run
 				WHERE id = (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2)
 				FOR UPDATE),
 			run AS (
-				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, now()) FROM reprise_run
+				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run
 				WHERE id = $2
 				FOR UPDATE)
 			SELECT * FROM parent UNION ALL SELECT * FROM run`

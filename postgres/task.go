@@ -66,7 +66,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 	var tasks []*reprise.Task
 	err := s.tx(ctx, func(tx *txn) error {
 		rows, err := tx.Query(ctx, `
-			WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
+			WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 			picked AS (
 				SELECT x.* FROM c, unnest($2::text[], $3::int[]) AS q(step, lim), LATERAL (
 					SELECT id AS picked_id, run_id AS picked_run, ready_at AS picked_ready
@@ -161,7 +161,7 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParams) (time.Time, error) {
 	var until time.Time
 	err := s.pool.QueryRow(ctx, `
-		WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now)
+		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now)
 		UPDATE reprise_task SET lease_until = CASE
 			WHEN timeout > '0' THEN least(c.now + $4::interval, started_at + timeout)
 			ELSE c.now + $4::interval END
@@ -221,7 +221,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired,
 			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
 			FOR UPDATE)
 		SELECT run_id, execution, position, step, attempt, token, owner, lease_until,
-			last_seq, updated_at, run_owner, coalesce($1::timestamptz, now())`+more+`
+			last_seq, updated_at, run_owner, coalesce($1::timestamptz, statement_timestamp())`+more+`
 		FROM r JOIN reprise_task ON run_id = head_id
 		WHERE id = $2
 		FOR UPDATE OF reprise_task`,
@@ -397,7 +397,7 @@ func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredP
 	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+taskColumns+` FROM reprise_task
-		WHERE owner <> '' AND lease_until <= coalesce($1::timestamptz, now())
+		WHERE owner <> '' AND lease_until <= coalesce($1::timestamptz, statement_timestamp())
 		ORDER BY lease_until, id
 		LIMIT $2`,
 		s.clock(), limit)

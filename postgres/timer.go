@@ -22,7 +22,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 	err := s.tx(ctx, func(tx *txn) error {
 		outcomes = nil // tx may run this again
 		rows, err := tx.Query(ctx, `
-			WITH c AS (SELECT coalesce($1::timestamptz, now()) AS now),
+			WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 			due AS (
 				SELECT id AS timer_id, run_id AS timer_run, execution AS timer_execution, position, fire_at
 				FROM reprise_timer

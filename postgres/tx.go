@@ -11,40 +11,51 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// A txn is one transition's transaction. It reads with Query and QueryRow,
-// and collects its writes in a batch and its notices in an outbox; BEGIN
-// travels with the first read and COMMIT with the writes, so that a
-// transition costs two round trips to the server: read and lock, then
-// write and commit.
+// A txn is one transition as its store method sees it. It reads with Query
+// and QueryRow, and collects its writes in a batch and its notices in an
+// outbox. The transaction it runs in (a conversation) may be its own or
+// shared with other transitions (commit.go); either way, whatever was
+// queued for the server before it (BEGIN, the writes of the transitions
+// before it) travels with its first read, and its writes travel with the
+// next read or with COMMIT. A transition alone costs two round trips: read
+// and lock, then write and commit.
 type txn struct {
-	conn   *pgxpool.Conn
-	begun  bool
+	c      *conversation
 	writes pgx.Batch
 	out    outbox
 }
 
-// tx runs fn in a transaction and, when fn returns nil, sends its writes
-// and commits; then it publishes fn's notices. On an error the transaction
-// is rolled back and nothing is published.
+// A conversation is one transaction on one connection: the statements
+// queued to be sent with the next read, and the context that all of them
+// run with.
+type conversation struct {
+	ctx    context.Context
+	conn   *pgxpool.Conn
+	queued []*pgx.QueuedQuery
+}
+
+// alone runs fn in a transaction of its own and, when fn returns nil, sends
+// its writes and commits; then it publishes fn's notices. On an error the
+// transaction is rolled back and nothing is published.
 //
 // When the connection breaks before COMMIT is sent (a server restart, a
 // pooled connection that died while idle), or the server rolls the
-// transaction back to break a deadlock, nothing was committed, so tx runs
-// fn again, up to three times in all. A break
-// after COMMIT was sent is returned as it is: the transition may or may not
-// have committed, which the caller learns from the run's state.
-func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
+// transaction back to break a deadlock, nothing was committed, so alone
+// runs fn again, up to three times in all. A break after COMMIT was sent
+// is returned as it is: the transition may or may not have committed,
+// which the caller learns from the run's state.
+func (s *Store) alone(ctx context.Context, fn func(*txn) error) error {
 	for try := 1; ; try++ {
 		retry, err := s.try(ctx, fn)
 		if !retry || try == 3 || ctx.Err() != nil {
 			return err
 		}
-		s.log.Debug("postgres connection broke; trying the transaction again", "err", err)
+		s.log.Debug("postgres transaction not committed; trying it again", "err", err)
 	}
 }
 
-// try is one try of tx. retry reports that the connection broke before
-// COMMIT was sent, so that fn may run again.
+// try is one try of alone. retry reports that nothing was committed and
+// fn may run again.
 func (s *Store) try(ctx context.Context, fn func(*txn) error) (retry bool, err error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -52,19 +63,28 @@ func (s *Store) try(ctx context.Context, fn func(*txn) error) (retry bool, err e
 	}
 	// A connection left inside a transaction is closed, not reused.
 	defer conn.Release()
-	t := &txn{conn: conn}
-	if err = fn(t); err == nil {
-		if !t.begun {
-			t.writes.QueuedQueries = append([]*pgx.QueuedQuery{{SQL: "BEGIN"}}, t.writes.QueuedQueries...)
-		}
-		t.writes.Queue("COMMIT")
-		if err = conn.SendBatch(ctx, &t.writes).Close(); err != nil {
-			return pgconn.SafeToRetry(err) || rolledBack(err), s.abort(ctx, conn, err)
-		}
-		s.publish(t.out)
-		return false, nil
+	t := &txn{c: &conversation{ctx: ctx, conn: conn, queued: []*pgx.QueuedQuery{{SQL: "BEGIN"}}}}
+	if err = fn(t); err != nil {
+		return conn.Conn().IsClosed() || rolledBack(err), s.abort(ctx, conn, err)
 	}
-	return conn.Conn().IsClosed() || rolledBack(err), s.abort(ctx, conn, err)
+	t.c.queue(&t.writes)
+	if err = t.c.commit(); err != nil {
+		return pgconn.SafeToRetry(err) || rolledBack(err), s.abort(ctx, conn, err)
+	}
+	s.publish(t.out)
+	return false, nil
+}
+
+// queue adds a transition's writes to what goes with the next read.
+func (c *conversation) queue(b *pgx.Batch) {
+	c.queued = append(c.queued, b.QueuedQueries...)
+}
+
+// commit sends what is queued, and COMMIT.
+func (c *conversation) commit() error {
+	b := &pgx.Batch{QueuedQueries: append(c.queued, &pgx.QueuedQuery{SQL: "COMMIT"})}
+	c.queued = nil
+	return c.conn.SendBatch(c.ctx, b).Close()
 }
 
 // rolledBack reports whether err is the server aborting the transaction
@@ -88,19 +108,24 @@ func (s *Store) abort(ctx context.Context, conn *pgxpool.Conn, err error) error 
 	return err
 }
 
-// Query runs a read in the transaction, beginning it if this is the first.
-func (t *txn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.begun {
-		return t.conn.Query(ctx, sql, args...)
+// Query runs a read in the transaction, after the statements queued before
+// it. It runs with the conversation's context: ctx is there to read like
+// pgx.
+func (t *txn) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c := t.c
+	if len(c.queued) == 0 {
+		return c.conn.Query(c.ctx, sql, args...)
 	}
-	t.begun = true
-	var b pgx.Batch
-	b.Queue("BEGIN")
+	b := &pgx.Batch{QueuedQueries: c.queued}
+	c.queued = nil
+	n := len(b.QueuedQueries)
 	b.Queue(sql, args...)
-	br := t.conn.SendBatch(ctx, &b)
-	if _, err := br.Exec(); err != nil {
-		br.Close()
-		return nil, fmt.Errorf("begin: %w", err)
+	br := c.conn.SendBatch(c.ctx, b)
+	for _, qq := range b.QueuedQueries[:n] {
+		if err := result(br, qq); err != nil {
+			br.Close()
+			return nil, fmt.Errorf("queued statements: %w", err)
+		}
 	}
 	rows, err := br.Query()
 	if err != nil {
@@ -110,14 +135,24 @@ func (t *txn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, err
 	return &batchRows{Rows: rows, br: br}, nil
 }
 
+// result reads the result of the queued statement qq from br, calling the
+// function registered for it, if any.
+func result(br pgx.BatchResults, qq *pgx.QueuedQuery) error {
+	if qq.Fn != nil {
+		return qq.Fn(br)
+	}
+	_, err := br.Exec()
+	return err
+}
+
 // QueryRow is Query for one row; no row is pgx.ErrNoRows.
 func (t *txn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	rows, err := t.Query(ctx, sql, args...)
 	return &firstRow{rows: rows, err: err}
 }
 
-// batchRows are the rows of the first read; closing them ends the batch
-// that carried BEGIN.
+// batchRows are the rows of a read sent with queued statements; closing
+// them ends the batch.
 type batchRows struct {
 	pgx.Rows
 	br  pgx.BatchResults

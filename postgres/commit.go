@@ -1,0 +1,235 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"reprise"
+)
+
+// A committer runs the store's transitions in shared transactions: group
+// commit. A transition alone is a transaction of its own, with a BEGIN, a
+// COMMIT and a WAL flush, two round trips and a connection for the whole
+// time; most of what the server spends on a small transition is that. The
+// transitions that arrive together instead run one after the other in one
+// transaction on one connection, each one's writes sent with the next one's
+// read, and share one COMMIT: n transitions cost n+1 round trips and one
+// flush.
+//
+// There is no committer goroutine. A caller that finds fewer than
+// Options.Writers groups running leads one: it takes every queued
+// transition (up to maxGroup), runs them, commits, hands each caller its
+// result, and passes the lead to the oldest transition queued meanwhile.
+// The others wait in the queue.
+//
+// A transition that returns a sentinel error (reprise.ErrNotFound,
+// ErrLeaseLost, ErrRunFinished, ErrNotRedrivable) has changed nothing, by
+// the Store contract: it may have locked rows, which the group then holds
+// until its commit, and its group carries on. Any other error, or a
+// connection that breaks before COMMIT is sent, means nothing of the group
+// was committed: each of its transitions then runs again alone (Store.alone,
+// which also tries again after a deadlock), so that one bad transition never
+// costs the others their work. A break after COMMIT was sent is every
+// transition's error, as it is for a transition alone.
+type committer struct {
+	writers int
+
+	mu      sync.Mutex
+	queue   []*call
+	leaders int // groups running
+}
+
+// maxGroup bounds a group, so that the first transition in it does not
+// wait for too many others.
+const maxGroup = 128
+
+// lockTimeout bounds a shared transaction's waits for a row lock. Two
+// groups each hold the locks of all their transitions, taken in no
+// particular order, so two groups (of two writers, or two processes) can
+// deadlock where their transitions alone would not; the server would
+// notice only after deadlock_timeout (1 s by default). A group that waits
+// this long instead gives up, and its transitions run again alone.
+const lockTimeout = "200ms"
+
+// A call is one transition waiting for its group.
+type call struct {
+	ctx    context.Context
+	fn     func(*txn) error
+	wake   chan error // errLead, then the transition's result
+	leader bool       // leads, or was handed the lead; may no longer leave the queue
+}
+
+// errLead tells a queued caller that it leads the next group.
+var errLead = errors.New("lead the next group")
+
+// tx runs fn as one transition, in a transaction shared with the
+// transitions that arrive together with it, and returns fn's error once
+// that transaction has committed; then fn's notices are published. If ctx
+// ends while the transition waits for its group, tx returns the context's
+// error and fn never runs. fn may run more than once (see committer), so
+// it must set its results afresh each time.
+func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
+	c := &s.committer
+	cl := &call{ctx: ctx, fn: fn, wake: make(chan error, 1)}
+	c.mu.Lock()
+	c.queue = append(c.queue, cl)
+	lead := c.leaders < c.writers
+	if lead {
+		c.leaders++
+		cl.leader = true
+	}
+	c.mu.Unlock()
+
+	if !lead {
+		var err error
+		select {
+		case err = <-cl.wake:
+		case <-ctx.Done():
+			if c.leave(cl) {
+				return context.Cause(ctx)
+			}
+			err = <-cl.wake
+		}
+		if err != errLead {
+			return err
+		}
+	}
+	s.lead()
+	return <-cl.wake
+}
+
+// leave takes a waiting call out of the queue, unless a leader took it or
+// it was handed the lead.
+func (c *committer) leave(cl *call) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	i := slices.Index(c.queue, cl)
+	if i < 0 || cl.leader {
+		return false
+	}
+	c.queue = slices.Delete(c.queue, i, i+1)
+	return true
+}
+
+// lead runs one group: the queued calls, up to maxGroup (none, if another
+// leader took them). Then it hands the lead to the oldest call still queued
+// that was not handed it yet, or gives it up.
+func (s *Store) lead() {
+	c := &s.committer
+	c.mu.Lock()
+	n := min(len(c.queue), maxGroup)
+	group := c.queue[:n]
+	c.queue = slices.Clone(c.queue[n:])
+	c.mu.Unlock()
+
+	if len(group) > 0 {
+		results := s.runGroup(group)
+		for i, cl := range group {
+			cl.wake <- results[i]
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, next := range c.queue {
+		// With several writers, a call may have been handed the lead by
+		// another and not taken it up yet.
+		if !next.leader {
+			next.leader = true
+			next.wake <- errLead
+			return
+		}
+	}
+	c.leaders--
+}
+
+// runGroup runs the calls and returns their results.
+func (s *Store) runGroup(group []*call) []error {
+	results := make([]error, len(group))
+	if len(group) == 1 {
+		results[0] = s.alone(group[0].ctx, group[0].fn)
+		return results
+	}
+	err := s.shared(group, results)
+	if errors.Is(err, errNotCommitted) {
+		s.log.Debug("postgres group of transitions not committed; running them alone", "transitions", len(group), "err", err)
+		for i, cl := range group {
+			if cl.ctx.Err() != nil {
+				results[i] = context.Cause(cl.ctx)
+				continue
+			}
+			results[i] = s.alone(cl.ctx, cl.fn)
+		}
+		return results
+	}
+	for i := range results {
+		if results[i] == nil {
+			results[i] = err
+		}
+	}
+	return results
+}
+
+// errNotCommitted reports that a group ended before its COMMIT was sent, or
+// the server refused the COMMIT: none of it is in the database.
+var errNotCommitted = errors.New("group not committed")
+
+// shared runs the calls of a group in one transaction. A call whose
+// context has ended is skipped, with its context's error. It fills in the
+// result of each call that returned a sentinel, and publishes the notices
+// of the others once they are committed. Its error wraps errNotCommitted
+// when nothing was committed; any other error came after COMMIT was sent.
+func (s *Store) shared(group []*call, results []error) error {
+	ctx := context.WithoutCancel(group[0].ctx)
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotCommitted, err)
+	}
+	defer conn.Release()
+	c := &conversation{ctx: ctx, conn: conn, queued: []*pgx.QueuedQuery{
+		{SQL: "BEGIN"},
+		{SQL: "SELECT set_config('lock_timeout', $1, true)", Arguments: []any{lockTimeout}},
+	}}
+	var out outbox
+	for i, cl := range group {
+		if cl.ctx.Err() != nil {
+			results[i] = context.Cause(cl.ctx)
+			continue
+		}
+		t := &txn{c: c}
+		err := cl.fn(t)
+		switch {
+		case err == nil:
+			c.queue(&t.writes)
+			out = append(out, t.out...)
+		case sentinel(err):
+			results[i] = err
+		default:
+			return fmt.Errorf("%w: %w", errNotCommitted, s.abort(ctx, conn, err))
+		}
+	}
+	if err := c.commit(); err != nil {
+		var pgErr *pgconn.PgError
+		if pgconn.SafeToRetry(err) || errors.As(err, &pgErr) {
+			err = fmt.Errorf("%w: %w", errNotCommitted, err)
+		}
+		return s.abort(ctx, conn, err)
+	}
+	s.publish(out)
+	return nil
+}
+
+// sentinel reports whether err is one that a transition returns only
+// having changed nothing.
+func sentinel(err error) bool {
+	return errors.Is(err, reprise.ErrNotFound) ||
+		errors.Is(err, reprise.ErrLeaseLost) ||
+		errors.Is(err, reprise.ErrRunFinished) ||
+		errors.Is(err, reprise.ErrNotRedrivable)
+}
