@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -56,6 +57,10 @@ const maxGroup = 128
 // notice only after deadlock_timeout (1 s by default). A group that waits
 // this long instead gives up, and its transitions run again alone.
 const lockTimeout = "200ms"
+
+// groupTimeout bounds a group's transaction, which runs without its
+// callers' contexts.
+const groupTimeout = time.Minute
 
 // A call is one transition waiting for its group.
 type call struct {
@@ -186,7 +191,10 @@ var errNotCommitted = errors.New("group not committed")
 // of the others once they are committed. Its error wraps errNotCommitted
 // when nothing was committed; any other error came after COMMIT was sent.
 func (s *Store) shared(group []*call, results []error) error {
-	ctx := context.WithoutCancel(group[0].ctx)
+	// No caller's context may cancel the group: that would cost the
+	// others their work. A server that stops answering still ends it.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(group[0].ctx), groupTimeout)
+	defer cancel()
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errNotCommitted, err)
