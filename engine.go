@@ -704,6 +704,25 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 	}
 }
 
+// runnerReplay ends a runner whose workflow saw a result the store then
+// refused (its lease had lapsed), and replays the run from its history
+// under the same lease.
+func (e *Engine) runnerReplay(r *runner) {
+	e.runnerDone(r, false)
+	e.startRunner(RunLease{Token: r.token.Load(), Run: &Run{
+		ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution, ParentID: r.parentID, CreatedAt: r.created,
+	}}, false)
+}
+
+// handOff gives a successful attempt's result to its run's runner, if the
+// run's workflow waits for exactly that step here (see runner.handOff).
+func (e *Engine) handOff(t *Task, out json.RawMessage) bool {
+	e.mu.Lock()
+	r := e.runners[t.RunID]
+	e.mu.Unlock()
+	return r != nil && r.handOff(t, out)
+}
+
 // replayLater starts a runner for a run this engine holds after
 // PollInterval, and tries again while the store fails: this engine renews
 // the run's lease all along, so no other engine would take the run over.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -250,6 +251,55 @@ func TestWaitGivesTheStoredRun(t *testing.T) {
 		}
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("%s: Wait gave\n%+v\nthe store has\n%+v", in, got, want)
+		}
+	}
+}
+
+// TestHandedResultRefusedReplays: a result handed to the waiting workflow
+// is recorded with its next advance; if its lease lapsed meanwhile (the
+// workflow's code held on too long), the store refuses it, the attempt
+// is retried, and the workflow replays from the history, where the result
+// that counts is the retry's.
+func TestHandedResultRefusedReplays(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	step := reprise.NewStep("handed", func(ctx context.Context, _ int) (string, error) {
+		n := calls.Add(1)
+		time.Sleep(20 * time.Millisecond) // the runner is waiting by then
+		return fmt.Sprintf("v%d", n), nil
+	}, reprise.WithPolicyText("[retry: 3, backoff: 1s] [timeout: 10s]"))
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	var held atomic.Bool
+	wf := reprise.NewWorkflow("handed-late", func(ctx context.Context, _ int) (string, error) {
+		v, err := reprise.Step(ctx, step, 0)
+		if err == nil && held.CompareAndSwap(false, true) {
+			<-hold // not durable: only to outlast the lease
+		}
+		return v, err
+	})
+	env := reprisetest.New(t, nil, wf, step)
+	t.Cleanup(release) // before the engine stops, should the test fail
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return held.Load() })
+	if n := countEvents(env.History(h.ID), reprise.EventStepCompleted); n != 0 {
+		t.Fatalf("%d StepCompleted before the workflow's next advance, want the result handed over unrecorded", n)
+	}
+	env.Clock.Advance(time.Minute) // the first attempt's lease lapses: Timeout, retried
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+	env.Clock.Advance(time.Second) // the retry's backoff; the held workflow keeps the clock from moving
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventStepCompleted) == 1 })
+	release()
+	run := env.Wait(h.ID)
+	if string(run.Output) != `"v2"` {
+		t.Errorf("output %s, want the recorded retry's \"v2\"", run.Output)
+	}
+	for _, ev := range env.History(h.ID) {
+		if ev.Type == reprise.EventStepCompleted && ev.Attempt != 2 {
+			t.Errorf("StepCompleted by attempt %d, want 2", ev.Attempt)
 		}
 	}
 }

@@ -59,8 +59,17 @@ type runner struct {
 	ahead  map[int64]bool
 	now    time.Time
 
+	// unrecorded are results handed to the workflow that the next advance
+	// records (RunAdvanceParams.Completed).
+	unrecorded []TaskCompleteParams
+
 	mu    sync.Mutex
 	inbox []Event
+	// waitingFor is the position of the one step the blocked workflow
+	// waits for, whose attempt may hand its result over (see handOff);
+	// 0 when there is none. handed holds the result handed over.
+	waitingFor int
+	handed     *handed
 	// stale says events were appended elsewhere that only the store has.
 	stale bool
 	wake  chan struct{}
@@ -224,6 +233,11 @@ func (r *runner) run(fresh bool) {
 			e.runnerDone(r, false)
 			return
 		}
+		r.recordHanded()
+		if errors.Is(exit.cause, errReplay) {
+			e.runnerReplay(r)
+			return
+		}
 		if lost, ok := errors.AsType[*leaseLostError](exit.cause); ok {
 			e.runnerLeaseLost(r, lost.token)
 			return
@@ -246,9 +260,13 @@ func (r *runner) run(fresh bool) {
 			return
 		}
 	} else {
-		adv, err = e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: token, Cancels: r.cancels, Finish: finish})
+		adv, err = e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{
+			RunID: r.id, Token: token, Completed: r.unrecorded, Cancels: r.cancels, Finish: finish,
+		})
 	}
 	switch {
+	case errors.Is(err, ErrLeaseLost) && len(r.unrecorded) > 0:
+		e.runnerReplay(r)
 	case errors.Is(err, ErrLeaseLost):
 		e.runnerLeaseLost(r, token)
 	case errors.Is(err, ErrRunFinished):
@@ -454,6 +472,9 @@ func (r *runner) take() int {
 // winner is only taken once every event before it is known, so that live
 // execution and replay agree.
 func (r *runner) await(fs ...*future) int {
+	if len(fs) > 1 && len(r.unrecorded) > 0 {
+		r.flush() // a select orders outcomes by their place in the history
+	}
 	for {
 		win, open := -1, false
 		for i, f := range fs {
@@ -485,6 +506,13 @@ func (r *runner) await(fs ...*future) int {
 		if win >= 0 {
 			r.sync()
 			continue
+		}
+		if len(fs) == 1 && fs[0].signal == "" {
+			if c := r.cmds[fs[0].pos]; c != nil && c.kind == cmdStep {
+				r.mu.Lock()
+				r.waitingFor = fs[0].pos
+				r.mu.Unlock()
+			}
 		}
 		r.block()
 	}
@@ -530,20 +558,20 @@ func (r *runner) flush() {
 		}
 		return
 	}
-	if len(r.steps)+len(r.timers)+len(r.markers)+len(r.children)+len(r.cancels) == 0 {
+	if len(r.steps)+len(r.timers)+len(r.markers)+len(r.children)+len(r.cancels)+len(r.unrecorded) == 0 {
 		return
 	}
 	reserved := r.e.reserve(r.steps)
 	token := r.token.Load()
 	adv, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
-		RunID: r.id, Token: token, Steps: r.steps, Timers: r.timers,
+		RunID: r.id, Token: token, Completed: r.unrecorded, Steps: r.steps, Timers: r.timers,
 		Markers: r.markers, Children: r.children, Cancels: r.cancels,
 		LeaseOwner: r.e.id, LeaseTTL: r.e.cfg.LeaseTTL,
 	})
 	if err != nil {
 		r.e.unreserve(reserved)
 		if errors.Is(err, ErrLeaseLost) {
-			panic(runExit{&leaseLostError{token}})
+			panic(runExit{r.lost(token)})
 		}
 		if errors.Is(err, ErrRunFinished) {
 			panic(runExit{})
@@ -557,6 +585,7 @@ func (r *runner) flush() {
 // applied, the steps leased at once started; reserved is what the flush
 // reserved for them.
 func (r *runner) advanced(adv *Advanced, reserved []string) {
+	r.recorded(adv.Events)
 	// Steps left in the queue and new timers change when the dispatcher
 	// must next look; the rest does not.
 	due := len(r.steps)-len(adv.Tasks) > 0 || len(r.timers) > 0
@@ -575,6 +604,53 @@ func (r *runner) advanced(adv *Advanced, reserved []string) {
 		r.e.kick()
 	}
 }
+
+// recordHanded records, if it can, the handed results of a runner that
+// stops before its next advance (the engine shuts down, say), so that
+// their attempts need not run again.
+func (r *runner) recordHanded() {
+	if len(r.unrecorded) == 0 {
+		return
+	}
+	_, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Completed: r.unrecorded})
+	if err != nil {
+		r.e.log.Debug("results handed to a stopping run not recorded", "run_id", r.id, "err", err)
+	}
+}
+
+// recorded takes the seq and time of the handed results an advance
+// recorded, as a replay would see them.
+func (r *runner) recorded(events []Event) {
+	if len(r.unrecorded) == 0 {
+		return
+	}
+	r.unrecorded = r.unrecorded[:0]
+	for i := range events {
+		ev := &events[i]
+		if ev.Type != EventStepCompleted {
+			continue
+		}
+		if c := r.cmds[ev.Position]; c != nil && c.fut.seq == 0 {
+			c.fut.seq, c.fut.at = ev.Seq, ev.At
+			if ev.At.After(r.now) {
+				r.now = ev.At
+			}
+		}
+	}
+}
+
+// lost is the reason to stop after a write with token was refused: the
+// run's lease is lost, or, with results handed to the workflow in it, a
+// result may have been stale: the workflow then replays from the history.
+func (r *runner) lost(token int64) error {
+	if len(r.unrecorded) > 0 {
+		return errReplay
+	}
+	return &leaseLostError{token}
+}
+
+// errReplay says the workflow must be replayed from its history.
+var errReplay = errors.New("replay from history")
 
 // sync reads the events the runner has not seen, closing every gap.
 func (r *runner) sync() {
@@ -605,13 +681,51 @@ func (r *runner) block() {
 		panic(runExit{context.Cause(r.ctx)})
 	}
 	r.mu.Lock()
-	events, stale := r.inbox, r.stale
-	r.inbox, r.stale = nil, false
+	events, stale, handed := r.inbox, r.stale, r.handed
+	r.inbox, r.stale, r.handed, r.waitingFor = nil, false, nil, 0
 	r.mu.Unlock()
 	r.apply(events)
+	if handed != nil {
+		r.takeHanded(handed)
+	}
 	if stale {
 		r.sync()
 	}
+}
+
+// handOff gives the result of an attempt of position pos to the runner
+// if its workflow waits for exactly that step, blocked: the workflow goes
+// on at once, and its next advance records the result with what follows
+// from it, one transaction instead of two. It reports whether the runner
+// took the result; if not, the caller records it.
+func (r *runner) handOff(t *Task, out json.RawMessage) bool {
+	r.mu.Lock()
+	ok := r.waitingFor != 0 && r.waitingFor == t.Position && t.Execution == r.execution && r.handed == nil
+	if ok {
+		r.handed = &handed{pos: t.Position, result: TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out}}
+		r.waitingFor = 0
+	}
+	r.mu.Unlock()
+	if ok {
+		r.push(nil)
+	}
+	return ok
+}
+
+// takeHanded settles the waited-for step with a handed result. Its seq
+// and time are known once the next advance records it (see advanced);
+// until then Now and selects flush first.
+func (r *runner) takeHanded(h *handed) {
+	if c := r.cmds[h.pos]; c != nil && !c.fut.done {
+		c.fut.done, c.fut.out, c.fut.err = true, h.result.Output, nil
+	}
+	r.unrecorded = append(r.unrecorded, h.result)
+}
+
+// handed is a result an attempt handed to the runner.
+type handed struct {
+	pos    int
+	result TaskCompleteParams
 }
 
 // apply takes events of the run into the replay state, once each.

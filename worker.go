@@ -415,6 +415,9 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *ret
 		if len(out) == 0 {
 			out = json.RawMessage("null")
 		}
+		if e.handOff(t, out) {
+			return nil // the run records it with its next advance
+		}
 		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out})
 	} else {
 		p := e.failParams(t, err, pol, false)

@@ -191,8 +191,10 @@ func Select(ctx context.Context, fs ...Awaitable) int {
 // has consumed. It is the same on every replay.
 func Now(ctx context.Context) time.Time {
 	r := mustRunner(ctx, "Now")
-	if r.birth != nil {
-		r.flush() // the run's start time is the store's, known once it exists
+	if r.birth != nil || len(r.unrecorded) > 0 {
+		// The run's start and a handed result's time are the store's,
+		// known once they are recorded.
+		r.flush()
 	}
 	return r.now
 }
