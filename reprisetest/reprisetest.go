@@ -169,9 +169,11 @@ func (env *Env) driveUntil(done func() (bool, error)) error {
 		}
 		if stable >= need {
 			next, ok, due := env.next()
-			if due && stable >= 200 {
+			if due && stable >= 1000 {
 				// Due work the engine does not take (it is full of attempts
-				// waiting for their timeouts): let the clock move.
+				// waiting for their timeouts): let the clock move. Half a
+				// second of real time: a machine busy with other tests can
+				// keep the engine from acting for a tenth of one.
 				next, ok = env.Clock.Next()
 				due = false
 			}
