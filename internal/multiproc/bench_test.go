@@ -36,8 +36,14 @@ func BenchmarkProcesses(b *testing.B) {
 				}
 				b.ResetTimer()
 				start := time.Now()
+				// All at once, so that the first does not claim the whole
+				// backlog before the others are up.
+				var started []*process
 				for i := range procs {
-					c.start(fmt.Sprintf("engine-%d", i), 5*time.Second, 100)
+					started = append(started, c.spawn(fmt.Sprintf("engine-%d", i), 5*time.Second, 100))
+				}
+				for _, p := range started {
+					c.waitReady(p)
 				}
 				c.waitFinished(ctx, b.N, 10*time.Millisecond, 10*time.Minute)
 				elapsed := time.Since(start)

@@ -134,6 +134,12 @@ func newCluster(t testing.TB, dsn string) *cluster {
 // start starts an engine process and waits until it is ready.
 func (c *cluster) start(id string, leaseTTL time.Duration, concurrency int) {
 	c.t.Helper()
+	c.waitReady(c.spawn(id, leaseTTL, concurrency))
+}
+
+// spawn starts an engine process.
+func (c *cluster) spawn(id string, leaseTTL time.Duration, concurrency int) *process {
+	c.t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestEngineProcess$", "-test.count=1", "-test.v")
 	cmd.Env = append(os.Environ(),
 		envWorker+"="+id, envDSN+"="+c.dsn, envSchema+"="+c.schema,
@@ -147,15 +153,21 @@ func (c *cluster) start(id string, leaseTTL time.Duration, concurrency int) {
 	c.mu.Lock()
 	c.procs[id] = p
 	c.mu.Unlock()
+	return p
+}
+
+// waitReady waits until an engine process says it is ready.
+func (c *cluster) waitReady(p *process) {
+	c.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(p.out.String(), "engine ready") {
 		select {
 		case <-p.done:
-			c.t.Fatalf("engine process %s exited before it was ready:\n%s", id, p.out)
+			c.t.Fatalf("engine process %s exited before it was ready:\n%s", p.id, p.out)
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("engine process %s not ready after a minute:\n%s", id, p.out)
+			c.t.Fatalf("engine process %s not ready after a minute:\n%s", p.id, p.out)
 		}
 	}
 }
