@@ -250,9 +250,9 @@ type RunAdvanceParams struct {
 	Token int64
 	// Completed are results of this run's attempts that the engine handed
 	// to the workflow before recording them: each is recorded as
-	// TaskComplete would record it. If one's token is stale or its lease
-	// has lapsed, the whole advance fails with ErrLeaseLost and changes
-	// nothing.
+	// TaskComplete would record it. If one's token is stale, its lease has
+	// lapsed or its task is not this run's, the whole advance fails with
+	// ErrLeaseLost and changes nothing.
 	Completed []TaskCompleteParams
 	// LeaseOwner and LeaseTTL lease the steps marked Lease at once, as
 	// TaskClaim would: the engine that schedules a step it can run skips a

@@ -54,17 +54,18 @@ func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, r
 	}
 	events := make([]reprise.Event, len(results))
 	for i, c := range results {
-		a, err := tx.leasedAttempt(c.TaskID, c.Token, false)
+		e := reprise.Event{Type: reprise.EventStepCompleted, Output: c.Output}
+		err := tx.queryRow(`
+			SELECT execution, position, step, attempt FROM tasks
+			WHERE id = ? AND token = ? AND lease_until > ? AND run_id = ?`,
+			c.TaskID, c.Token, tx.nanos, runID).Scan(&e.Execution, &e.Position, &e.Step, &e.Attempt)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, reprise.ErrLeaseLost
+		}
 		if err != nil {
 			return nil, err
 		}
-		if a.runID != runID {
-			return nil, fmt.Errorf("task %d belongs to run %s", c.TaskID, a.runID)
-		}
-		events[i] = reprise.Event{
-			Type: reprise.EventStepCompleted, Execution: a.execution, Position: a.position, Step: a.step,
-			Attempt: a.attempt, Output: c.Output,
-		}
+		events[i] = e
 	}
 	// Only now, every lease checked, the writes: a stale one changes nothing.
 	for _, c := range results {
