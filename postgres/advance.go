@@ -21,77 +21,83 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 	if err := checkAdvance(p); err != nil {
 		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
 	}
-	ending := p.Finish != nil && !p.Finish.ContinueAsNew
 	var adv *reprise.Advanced
-	err := s.tx(ctx, func(tx *txn) error {
-		run, parent, now, err := lockRun(ctx, tx, s.clock(), p.RunID, ending)
-		if err != nil {
-			return err
-		}
-		if run.status.Final() {
-			return reprise.ErrRunFinished
-		}
-		if run.token != p.Token {
-			return reprise.ErrLeaseLost
-		}
-		a := newAppender(now)
-		if err := completeAll(ctx, tx, a, run, p.Completed, now); err != nil {
-			return err
-		}
-		dropped, err := dropCancelled(ctx, tx, run, p.Cancels)
-		if err != nil {
-			return err
-		}
-		var below []*lockedRun
-		if p.Finish != nil {
-			if below, err = lockDescendants(ctx, tx, run); err != nil {
-				return err
-			}
-		}
-
-		b := &tx.writes
-		sc := &scheduler{a: a, b: b, out: &tx.out, run: run, p: p, starts: p.Finish == nil, dropped: dropped}
-		if err := sc.schedule(); err != nil {
-			return err
-		}
-		if err := sc.cancel(); err != nil {
-			return err
-		}
-		adv = &reprise.Advanced{Tasks: sc.leased}
-		switch {
-		case p.Finish == nil:
-			b.Queue(`
-				UPDATE reprise_run SET status = 'running', has_children = has_children OR $2, last_seq = $3, updated_at = $4
-				WHERE id = $1`,
-				run.id, sc.children, run.lastSeq, run.updatedAt)
-		case p.Finish.ContinueAsNew:
-			if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
-				return err
-			}
-			if err := continueAsNew(a, b, run, p.Finish.Input); err != nil {
-				return err
-			}
-		default:
-			if err := finish(a, b, run, p.Finish); err != nil {
-				return err
-			}
-			if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
-				return err
-			}
-			if adv.Parent, err = reportToParent(a, &tx.out, run, parent, p.Finish.Status, p.Finish.Output, p.Finish.Error); err != nil {
-				return err
-			}
-			if run.owner != "" {
-				tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner})
-			}
-		}
-		a.queue(b, run.runHead)
-		adv.Events = a.eventsOf(run.runHead)
-		return nil
+	err := s.tx(ctx, func(tx *txn) (err error) {
+		adv, err = s.advance(ctx, tx, p)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
 	}
+	return adv, nil
+}
+
+// advance records an advance, checked by checkAdvance, in tx.
+func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+	ending := p.Finish != nil && !p.Finish.ContinueAsNew
+	run, parent, now, err := lockRun(ctx, tx, s.clock(), p.RunID, ending)
+	if err != nil {
+		return nil, err
+	}
+	if run.status.Final() {
+		return nil, reprise.ErrRunFinished
+	}
+	if run.token != p.Token {
+		return nil, reprise.ErrLeaseLost
+	}
+	a := newAppender(now)
+	if err := completeAll(ctx, tx, a, run, p.Completed, now); err != nil {
+		return nil, err
+	}
+	dropped, err := dropCancelled(ctx, tx, run, p.Cancels)
+	if err != nil {
+		return nil, err
+	}
+	var below []*lockedRun
+	if p.Finish != nil {
+		if below, err = lockDescendants(ctx, tx, run); err != nil {
+			return nil, err
+		}
+	}
+
+	b := &tx.writes
+	sc := &scheduler{a: a, b: b, out: &tx.out, run: run, p: p, starts: p.Finish == nil, dropped: dropped}
+	if err := sc.schedule(); err != nil {
+		return nil, err
+	}
+	if err := sc.cancel(); err != nil {
+		return nil, err
+	}
+	adv := &reprise.Advanced{Tasks: sc.leased}
+	switch {
+	case p.Finish == nil:
+		b.Queue(`
+			UPDATE reprise_run SET status = 'running', has_children = has_children OR $2, last_seq = $3, updated_at = $4
+			WHERE id = $1`,
+			run.id, sc.children, run.lastSeq, run.updatedAt)
+	case p.Finish.ContinueAsNew:
+		if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
+			return nil, err
+		}
+		if err := continueAsNew(a, b, run, p.Finish.Input); err != nil {
+			return nil, err
+		}
+	default:
+		if err := finish(a, b, run, p.Finish); err != nil {
+			return nil, err
+		}
+		if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
+			return nil, err
+		}
+		if adv.Parent, err = reportToParent(a, &tx.out, run, parent, p.Finish.Status, p.Finish.Output, p.Finish.Error); err != nil {
+			return nil, err
+		}
+		if run.owner != "" {
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner})
+		}
+	}
+	a.queue(b, run.runHead)
+	adv.Events = a.eventsOf(run.runHead)
 	return adv, nil
 }
 

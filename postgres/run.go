@@ -59,8 +59,17 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 	if p.ID == "" || p.Workflow == "" {
 		return reprise.RunLease{}, false, errors.New("create run: id and workflow are required")
 	}
-	if p.First != nil && p.Owner == "" {
-		return reprise.RunLease{}, false, fmt.Errorf("create run %q: a first advance needs an owner", p.ID)
+	var first *reprise.RunAdvanceParams
+	if p.First != nil {
+		if p.Owner == "" {
+			return reprise.RunLease{}, false, fmt.Errorf("create run %q: a first advance needs an owner", p.ID)
+		}
+		fp := *p.First
+		fp.RunID = p.ID
+		if err := checkAdvance(&fp); err != nil {
+			return reprise.RunLease{}, false, fmt.Errorf("create run %q: first advance: %w", p.ID, err)
+		}
+		first = &fp
 	}
 	var (
 		lease   reprise.RunLease
@@ -113,43 +122,33 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		}
 		run.UpdatedAt = h.updatedAt
 		lease.Run = run
+		if first != nil {
+			first.Token = lease.Token
+			if lease.Advanced, err = s.advance(ctx, tx, first); err != nil {
+				return err
+			}
+			advanced(run, first.Finish, lease.Advanced.Events)
+		}
 		return nil
 	})
 	if err != nil {
 		return reprise.RunLease{}, false, fmt.Errorf("create run %q: %w", p.ID, err)
 	}
-	if created && p.First != nil {
-		if err := s.first(ctx, p, &lease); err != nil {
-			return reprise.RunLease{}, false, err
-		}
-	}
 	return lease, created, nil
 }
 
-// first records a new run's first advance. It is a transaction of its own
-// after the create's: should the process die in between, the run is left
-// leased and unadvanced, and replayed from its start once the lease lapses,
-// as a run created without a first advance would be.
-func (s *Store) first(ctx context.Context, p *reprise.RunCreateParams, lease *reprise.RunLease) error {
-	fp := *p.First
-	fp.RunID, fp.Token = p.ID, lease.Token
-	adv, err := s.RunAdvance(ctx, &fp)
-	if err != nil {
-		return fmt.Errorf("create run %q: first advance: %w", p.ID, err)
-	}
-	lease.Advanced = adv
-	run := lease.Run
+// advanced brings a new run up to date with its first advance.
+func advanced(run *reprise.Run, f *reprise.RunFinish, events []reprise.Event) {
 	run.Status = reprise.RunRunning
-	switch f := fp.Finish; {
+	switch {
 	case f != nil && f.ContinueAsNew:
 		run.Execution, run.Input = run.Execution+1, f.Input
 	case f != nil:
 		run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
 	}
-	if n := len(adv.Events); n > 0 {
-		run.UpdatedAt = adv.Events[n-1].At
+	if n := len(events); n > 0 {
+		run.UpdatedAt = events[n-1].At
 	}
-	return nil
 }
 
 // RunGet returns a run, or ErrNotFound.
