@@ -50,12 +50,16 @@ func (e *Engine) kick() {
 func (e *Engine) dispatch(ctx context.Context) {
 	t := e.clock.NewTimer(time.Hour)
 	defer t.Stop()
+	var wake Wake
+	kicked := true
 	for {
 		e.busy.Add(1)
 		now := e.clock.Now()
-		// Ask the store what is due, a read, before writes that would hold
-		// the write lock to find nothing; ask again after acting.
-		wake := e.nextWake(ctx, now)
+		if kicked {
+			// Something may be due that the last read did not show: read
+			// before writes that would hold the write lock for nothing.
+			wake = e.nextWake(ctx, now)
+		}
 		claimed, acted := false, false
 		if due(wake.Timer, now) {
 			e.fireTimers(ctx)
@@ -69,9 +73,10 @@ func (e *Engine) dispatch(ctx context.Context) {
 			claimed = e.claimTasks(ctx)
 			acted = true
 		}
-		if acted {
+		if acted || !kicked {
 			wake = e.nextWake(ctx, now)
 		}
+		kicked = false
 		next := earliest(wake.Timer, wake.Lease)
 		if e.hasRoom() {
 			next = earliest(next, wake.Task)
@@ -99,6 +104,7 @@ func (e *Engine) dispatch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-e.kickc:
+			kicked = true
 			e.busy.Add(-1) // the kick's count; the loop adds its own
 		case <-t.C():
 		}
