@@ -233,11 +233,11 @@ func (r *runner) run(fresh bool) {
 			e.runnerDone(r, false)
 			return
 		}
-		r.recordHanded()
 		if errors.Is(exit.cause, errReplay) {
-			e.runnerReplay(r)
+			e.runnerReplay(r) // the store refused the handed results
 			return
 		}
+		r.recordHanded()
 		if lost, ok := errors.AsType[*leaseLostError](exit.cause); ok {
 			e.runnerLeaseLost(r, lost.token)
 			return
@@ -693,8 +693,8 @@ func (r *runner) block() {
 	}
 }
 
-// handOff gives the result of an attempt of position pos to the runner
-// if its workflow waits for exactly that step, blocked: the workflow goes
+// handOff gives the result of a successful attempt of t to the runner if
+// its workflow is blocked waiting for exactly that step: the workflow goes
 // on at once, and its next advance records the result with what follows
 // from it, one transaction instead of two. It reports whether the runner
 // took the result; if not, the caller records it.
