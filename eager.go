@@ -112,6 +112,7 @@ func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p RunCreateP
 func (r *runner) create(finish *RunFinish) (adv *Advanced, ok bool) {
 	b := r.birth
 	if !b.begin() {
+		r.birth = nil
 		return nil, false
 	}
 	e := r.e
@@ -129,6 +130,7 @@ func (r *runner) create(finish *RunFinish) (adv *Advanced, ok bool) {
 		}
 	}
 	lease, created, err := e.store.RunCreate(b.ctx, &p)
+	r.birth = nil // StartRun gets its answer now, and only once
 	if err != nil || !created {
 		e.unreserve(reserved)
 		if err != nil {
@@ -137,7 +139,6 @@ func (r *runner) create(finish *RunFinish) (adv *Advanced, ok bool) {
 		b.done <- birthResult{run: lease.Run, created: created, err: err}
 		return nil, false
 	}
-	r.birth = nil
 	r.token.Store(lease.Token)
 	r.created, r.now = lease.Run.CreatedAt, lease.Run.CreatedAt
 	if finish == nil {
