@@ -109,11 +109,11 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 			if lease.Advanced, err = tx.advance(first, state); err != nil {
 				return err
 			}
-			if f := p.First.Finish; f != nil && !f.ContinueAsNew {
-				run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
-			}
-			if f := p.First.Finish; f != nil && f.ContinueAsNew {
+			switch f := p.First.Finish; {
+			case f != nil && f.ContinueAsNew:
 				run.Execution, run.Input = 2, f.Input
+			case f != nil:
+				run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
 			}
 		}
 		created = true
