@@ -91,6 +91,25 @@ func testRunCreateFirst(t *testing.T, open Open) {
 		}
 	})
 
+	t.Run("FirstThatContinuesAsNew", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease, _ := f.createFirst("run-1", reprise.RunAdvanceParams{
+			Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{"n":2}`)},
+		})
+		got := f.history("run-1")
+		if len(got) != 3 || got[1].Type != reprise.EventRunContinuedAsNew || got[2].Type != reprise.EventRunStarted || got[2].Execution != 2 {
+			t.Fatalf("history %s, want RunStarted, RunContinuedAsNew, RunStarted of execution 2", dump(got))
+		}
+		stored := f.get("run-1")
+		if stored.Execution != 2 || stored.Status != reprise.RunRunning || !equalRun(normRun(lease.Run), normRun(stored)) {
+			t.Fatalf("returned run %+v, stored %+v; want the same, running in execution 2", lease.Run, stored)
+		}
+		// Still leased to its creator, with the same token.
+		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+	})
+
 	t.Run("ExistingIDChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
