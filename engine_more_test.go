@@ -341,3 +341,27 @@ func TestEagerStartsOfOneID(t *testing.T) {
 	}
 	env.Stop() // every eager runner must have ended
 }
+
+// TestEagerContinueAsNew: a workflow that continues as new before its
+// first wait does it in the transaction that creates its run.
+func TestEagerContinueAsNew(t *testing.T) {
+	t.Parallel()
+	wf := reprise.NewWorkflow("count-up", func(ctx context.Context, n int) (int, error) {
+		if n < 3 {
+			return 0, reprise.ContinueAsNew(ctx, n+1)
+		}
+		return n, nil
+	})
+	env := reprisetest.New(t, nil, wf)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.Result(t.Context())
+	if err != nil || got != 3 {
+		t.Fatalf("result %d, %v; want 3", got, err)
+	}
+	if run := env.Wait(h.ID); run.Execution != 4 {
+		t.Errorf("execution %d, want 4", run.Execution)
+	}
+}
