@@ -714,9 +714,19 @@ func (e *Engine) runnerReplay(r *runner) {
 	}}, false)
 }
 
+// handOffMargin is how long an attempt's lease must still hold for its
+// result to be handed over rather than recorded at once: the workflow's
+// next advance, which records it, must come before the lease lapses, or
+// the result is refused and the step runs again.
+const handOffMargin = 2 * time.Second
+
 // handOff gives a successful attempt's result to its run's runner, if the
-// run's workflow waits for exactly that step here (see runner.handOff).
+// run's workflow waits for exactly that step here (see runner.handOff) and
+// the attempt's lease leaves time to record it.
 func (e *Engine) handOff(t *Task, out json.RawMessage) bool {
+	if e.clock.Now().Add(handOffMargin).After(t.LeaseUntil) {
+		return false
+	}
 	e.mu.Lock()
 	r := e.runners[t.RunID]
 	e.mu.Unlock()
