@@ -77,6 +77,7 @@ func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, r
 		return nil, err
 	}
 	run.last += int64(len(events))
+	run.tasks -= len(results)
 	return events, nil
 }
 
@@ -334,7 +335,7 @@ func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, e
 // has tasks, timers, active children and failed steps, which are then
 // cleaned up.
 type runState struct {
-	tasks           bool
+	tasks           int // the run's tasks, for a run that ends
 	timers          bool
 	children        bool
 	failedSteps     bool
@@ -361,7 +362,7 @@ const (
 	activeRunEndingSQL = `
 		SELECT status, token, execution, workflow, owner, coalesce(parent_id, ''), parent_position, parent_execution,
 			` + lastSeq + `,
-			EXISTS (SELECT 1 FROM tasks WHERE run_id = ?1),
+			(SELECT count(*) FROM tasks WHERE run_id = ?1),
 			EXISTS (SELECT 1 FROM timers WHERE run_id = ?1),
 			EXISTS (SELECT 1 FROM runs c WHERE c.parent_id = ?1 AND c.status IN ('pending', 'running')),
 			EXISTS (SELECT 1 FROM failed_steps WHERE run_id = ?1)
@@ -374,15 +375,15 @@ const (
 func (tx *txn) activeRun(id string, ending bool) (runState, error) {
 	var r runState
 	var status string
-	var tasks, timers, children, failed int
+	var timers, children, failed int
 	query := activeRunSQL
 	if ending {
 		query = activeRunEndingSQL
 	}
 	err := tx.queryRow(query, id).
 		Scan(&status, &r.token, &r.execution, &r.workflow, &r.owner, &r.parentID, &r.parentPosition,
-			&r.parentExecution, &r.last, &tasks, &timers, &children, &failed)
-	r.tasks, r.timers, r.children, r.failedSteps = tasks != 0, timers != 0, children != 0, failed != 0
+			&r.parentExecution, &r.last, &r.tasks, &timers, &children, &failed)
+	r.timers, r.children, r.failedSteps = timers != 0, children != 0, failed != 0
 	r.status = reprise.RunStatus(status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -404,7 +405,7 @@ var allWork = work{true, true, true}
 // work is what an ending run has to drop; dropFailed drops the failed
 // steps kept for a redrive too (a run that fails keeps them).
 func (r runState) work(dropFailed bool) work {
-	return work{tasks: r.tasks, timers: r.timers, failedSteps: dropFailed && r.failedSteps}
+	return work{tasks: r.tasks > 0, timers: r.timers, failedSteps: dropFailed && r.failedSteps}
 }
 
 // dropWork deletes a run's tasks and timers, so that results of attempts

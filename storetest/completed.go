@@ -76,6 +76,26 @@ func testRunAdvanceCompleted(t *testing.T, open Open) {
 		}
 	})
 
+	t.Run("FinishDropsTheOtherTasks", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		adv := f.advanced(lease, reprise.RunAdvanceParams{
+			LeaseOwner: engine, LeaseTTL: minute,
+			Steps: []reprise.StepSpec{leased(newStep(1, "charge")), leased(newStep(2, "ship"))},
+		})
+		f.advance(lease, reprise.RunAdvanceParams{
+			Completed: []reprise.TaskCompleteParams{result(adv.Tasks[0])},
+			Finish:    &reprise.RunFinish{Status: reprise.RunCompleted},
+		})
+		for _, task := range adv.Tasks {
+			if _, err := f.store.TaskGet(t.Context(), task.ID); err == nil {
+				t.Fatalf("task of position %d outlived its run", task.Position)
+			}
+		}
+	})
+
 	t.Run("StaleResultChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
