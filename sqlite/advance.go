@@ -280,7 +280,9 @@ func planAdvance(p *reprise.RunAdvanceParams) ([]planned, error) {
 	}
 	// Stable: tasks get their ids in position order, so that claims of
 	// tasks ready at the same time follow the workflow's order.
-	slices.SortStableFunc(plan, func(a, b planned) int { return cmp.Compare(a.event.Position, b.event.Position) })
+	if len(plan) > 1 { // the usual one needs no sort, which copies the large elements
+		slices.SortStableFunc(plan, func(a, b planned) int { return cmp.Compare(a.event.Position, b.event.Position) })
+	}
 	for i := range plan {
 		if plan[i].timer != nil {
 			continue
