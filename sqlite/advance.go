@@ -33,11 +33,8 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		if err != nil {
 			return err
 		}
-		if adv, err = tx.advance(pa, run); err != nil {
-			return err
-		}
-		adv.Events = append(done, adv.Events...)
-		return nil
+		adv, err = tx.advance(pa, run, done, nil)
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
@@ -47,7 +44,8 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 
 // completeAll records results handed to the workflow before the advance
 // that reports them: each attempt's lease must hold, or nothing is
-// written. run.last moves past the events appended.
+// written. It deletes their tasks and returns their StepCompleted events,
+// for the advance to append first.
 func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, run *runState) ([]reprise.Event, error) {
 	if len(results) == 0 {
 		return nil, nil
@@ -73,10 +71,6 @@ func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, r
 			return nil, err
 		}
 	}
-	if err := tx.appendEvents(runID, run.last, events, nil); err != nil {
-		return nil, err
-	}
-	run.last += int64(len(events))
 	run.tasks -= len(results)
 	return events, nil
 }
@@ -108,14 +102,17 @@ func prepareAdvance(p *reprise.RunAdvanceParams) (*preparedAdvance, error) {
 }
 
 // advance records a prepared advance of a run the caller has read and
-// checked the lease of.
-func (tx *txn) advance(pa *preparedAdvance, run runState) (*reprise.Advanced, error) {
+// checked the lease of. The events of pre (with their bodies, if encoded)
+// come first: they go in the same insert as the advance's own.
+func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, preBodies [][]byte) (*reprise.Advanced, error) {
 	p, f, plan := pa.p, pa.p.Finish, pa.plan
 	// What this advance adds, its end cleans up too.
 	run.timers = run.timers || len(p.Timers) > 0
 	run.children = run.children || len(p.Children) > 0
-	a := &reprise.Advanced{Events: make([]reprise.Event, 0, len(plan)+1)}
-	var bodies [][]byte
+	a := &reprise.Advanced{Events: make([]reprise.Event, 0, len(pre)+len(plan)+1)}
+	a.Events = append(a.Events, pre...)
+	bodies := make([][]byte, len(pre), len(pre)+len(plan)+1)
+	copy(bodies, preBodies)
 	add := func(e reprise.Event, body []byte) {
 		if e.Execution == 0 {
 			e.Execution = run.execution

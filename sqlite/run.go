@@ -93,8 +93,10 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 			return err
 		}
 		started := []reprise.Event{{Type: reprise.EventRunStarted, Execution: 1, Workflow: p.Workflow, Input: p.Input}}
-		if err := tx.appendEvents(p.ID, 0, started, startedBody); err != nil {
-			return err
+		if first == nil {
+			if err := tx.appendEvents(p.ID, 0, started, startedBody); err != nil {
+				return err
+			}
 		}
 		run := &reprise.Run{
 			ID: p.ID, Workflow: p.Workflow, Status: status, Input: p.Input,
@@ -102,13 +104,15 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		}
 		lease = reprise.RunLease{Token: token, Run: run}
 		if first != nil {
+			// RunStarted goes in with the advance's events, in one insert.
 			state := runState{
-				status: status, token: token, execution: 1, last: 1, workflow: p.Workflow, owner: p.Owner,
+				status: status, token: token, execution: 1, workflow: p.Workflow, owner: p.Owner,
 				parentID: p.ParentID, parentPosition: p.ParentPosition, parentExecution: p.ParentExecution,
 			}
-			if lease.Advanced, err = tx.advance(first, state); err != nil {
+			if lease.Advanced, err = tx.advance(first, state, started, startedBody); err != nil {
 				return err
 			}
+			lease.Advanced.Events = lease.Advanced.Events[1:]
 			switch f := p.First.Finish; {
 			case f != nil && f.ContinueAsNew:
 				run.Execution, run.Input = 2, f.Input
