@@ -684,7 +684,7 @@ func (e *Engine) runnerDone(r *runner, finished bool) {
 // pass (a store error): it is replayed from history a little later.
 func (e *Engine) runnerFailed(r *runner, err error) {
 	e.log.Warn("run interrupted; replaying it later", "run_id", r.id, "err", err)
-	lease := RunLease{Run: &Run{ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution}, Token: r.token.Load()}
+	lease := RunLease{Run: r.known(), Token: r.token.Load()}
 	e.runnerDone(r, false)
 	e.replayLater(lease)
 }
@@ -698,9 +698,7 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 	e.runnerDone(r, false)
 	// Once r is out of e.runners no claim can store a token in it.
 	if newer := r.token.Load(); newer != token {
-		e.startRunner(RunLease{Token: newer, Run: &Run{
-			ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution, ParentID: r.parentID, CreatedAt: r.created,
-		}}, false)
+		e.startRunner(RunLease{Token: newer, Run: r.known()}, false)
 	}
 }
 
@@ -709,9 +707,7 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 // under the same lease.
 func (e *Engine) runnerReplay(r *runner) {
 	e.runnerDone(r, false)
-	e.startRunner(RunLease{Token: r.token.Load(), Run: &Run{
-		ID: r.id, Workflow: r.workflow.name, Input: r.input, Execution: r.execution, ParentID: r.parentID, CreatedAt: r.created,
-	}}, false)
+	e.startRunner(RunLease{Token: r.token.Load(), Run: r.known()}, false)
 }
 
 // handOffMargin is how long an attempt's lease must still hold for its

@@ -277,14 +277,23 @@ func (r *runner) run(fresh bool) {
 		// The next execution replays from an empty history of its own.
 		e.log.Debug("run continued as new", "run_id", r.id, "execution", r.execution+1)
 		e.runnerDone(r, false)
-		e.startRunner(RunLease{Token: r.token.Load(), Run: &Run{
-			ID: r.id, Workflow: r.workflow.name, Input: finish.Input, Execution: r.execution + 1, ParentID: r.parentID, CreatedAt: r.created,
-		}}, false)
+		next := r.known()
+		finish.Apply(next)
+		e.startRunner(RunLease{Token: r.token.Load(), Run: next}, false)
 	default:
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
 		e.deliver(adv.Parent)
 		r.final = r.finalRun(finish, adv.Events)
 		e.runnerDone(r, true)
+	}
+}
+
+// known is the run as this runner knows it, to start another runner with
+// (the next execution, a replay, a re-claim) or to end it in memory.
+func (r *runner) known() *Run {
+	return &Run{
+		ID: r.id, Workflow: r.workflow.name, Status: RunRunning, Input: r.input, Execution: r.execution,
+		ParentID: r.parentID, CreatedAt: r.created,
 	}
 }
 
@@ -294,11 +303,10 @@ func (r *runner) finalRun(finish *RunFinish, events []Event) *Run {
 	if r.created.IsZero() || len(events) == 0 {
 		return nil
 	}
-	return &Run{
-		ID: r.id, Workflow: r.workflow.name, Status: finish.Status, Input: r.input,
-		Output: finish.Output, Error: finish.Error, Execution: r.execution, ParentID: r.parentID,
-		CreatedAt: r.created, UpdatedAt: events[len(events)-1].At,
-	}
+	run := r.known()
+	finish.Apply(run)
+	run.UpdatedAt = events[len(events)-1].At
+	return run
 }
 
 // execute runs the workflow function and says how the run ends, or why the

@@ -331,6 +331,17 @@ type RunFinish struct {
 	Input         json.RawMessage
 }
 
+// Apply makes run what f leaves it: ended with f's status, output and
+// error, or, continued as new, in its next execution with f's input.
+// Stores and the engine use it to return a run without reading it again.
+func (f *RunFinish) Apply(run *Run) {
+	if f.ContinueAsNew {
+		run.Execution, run.Input = run.Execution+1, f.Input
+		return
+	}
+	run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
+}
+
 // RunRedriveParams redrives a failed run.
 type RunRedriveParams struct {
 	ID string

@@ -140,11 +140,8 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 // advanced brings a new run up to date with its first advance.
 func advanced(run *reprise.Run, f *reprise.RunFinish, events []reprise.Event) {
 	run.Status = reprise.RunRunning
-	switch {
-	case f != nil && f.ContinueAsNew:
-		run.Execution, run.Input = run.Execution+1, f.Input
-	case f != nil:
-		run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
+	if f != nil {
+		f.Apply(run)
 	}
 	if n := len(events); n > 0 {
 		run.UpdatedAt = events[n-1].At

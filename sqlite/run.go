@@ -113,11 +113,8 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 				return err
 			}
 			lease.Advanced.Events = lease.Advanced.Events[1:]
-			switch f := p.First.Finish; {
-			case f != nil && f.ContinueAsNew:
-				run.Execution, run.Input = 2, f.Input
-			case f != nil:
-				run.Status, run.Output, run.Error = f.Status, f.Output, f.Error
+			if f := p.First.Finish; f != nil {
+				f.Apply(run)
 			}
 		}
 		created = true
