@@ -83,9 +83,7 @@ func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p RunCreateP
 	}
 	e.runnersWG.Add(1)
 	e.mu.Unlock()
-	e.act.Add(1)
-	e.busy.Add(1)
-	go r.run(true)
+	e.launch(r, true)
 
 	t := time.NewTimer(eagerWait)
 	defer t.Stop()

@@ -653,10 +653,15 @@ func (e *Engine) startRunner(lease RunLease, fresh bool) {
 	}
 	r := newRunner(e, lease, wf)
 	e.runners[r.id] = r
-	e.runnersWG.Add(1)
+	e.runnersWG.Add(1) // under e.mu, which Run's shutdown takes before it waits
 	e.mu.Unlock()
+	e.launch(r, fresh)
+}
+
+// launch starts a runner's goroutine, counted in e.runnersWG already.
+func (e *Engine) launch(r *runner, fresh bool) {
 	e.act.Add(1)
-	e.busy.Add(1)
+	e.busy.Add(1) // run takes it back
 	go r.run(fresh)
 }
 
