@@ -3,7 +3,6 @@ package reprise_test
 import (
 	"context"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,14 +45,14 @@ func BenchmarkSteps(b *testing.B) {
 		b.Run(bc.name, func(b *testing.B) {
 			e := benchEngine(b)
 			b.ResetTimer()
-			cpu := cpuTime()
+			cpu := bench.CPUTime()
 			res, err := bench.RunThroughput(context.Background(), e, b.N, bc.concurrency, bc.fail)
 			if err != nil {
 				b.Fatal(err)
 			}
 			// CPU per run says more than runs per second on a shared,
 			// noisy machine: it does not count time others took.
-			b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/run")
+			b.ReportMetric(float64((bench.CPUTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/run")
 			b.ReportMetric(res.StepsPerSec(), "steps/s")
 			b.ReportMetric(res.AttemptsPerSec(), "attempts/s")
 			b.ReportMetric(float64(res.P99.Microseconds()), "p99-µs")
@@ -73,13 +72,4 @@ func BenchmarkRetryLateness(b *testing.B) {
 		b.ReportMetric(float64(res.P50.Microseconds()), "p50-µs")
 		b.ReportMetric(float64(res.P99.Microseconds()), "p99-µs")
 	}
-}
-
-// cpuTime returns the CPU time the process has used, user and system.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

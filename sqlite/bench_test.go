@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"reprise"
+	"reprise/internal/bench"
 	"reprise/sqlite"
 )
 
@@ -46,7 +46,7 @@ func benchmarkRuns(b *testing.B, sync, path string) {
 
 	b.SetParallelism(128)
 	b.ResetTimer()
-	start, cpu := time.Now(), cpuTime()
+	start, cpu := time.Now(), bench.CPUTime()
 	b.RunParallel(func(pb *testing.PB) {
 		// Each goroutine claims only its own step name, so that it finds
 		// the task it scheduled.
@@ -122,18 +122,8 @@ func benchmarkRuns(b *testing.B, sync, path string) {
 		}
 	})
 	elapsed := time.Since(start).Seconds()
-	b.ReportMetric(float64((cpuTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/run")
+	b.ReportMetric(float64((bench.CPUTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/run")
 	b.ReportMetric(float64(b.N)/elapsed, "runs/s")
 	b.ReportMetric(float64(calls.Load())/elapsed, "calls/s")
 	b.ReportMetric(0, "ns/op")
-}
-
-// cpuTime is the CPU time the process has used, user and system: what a
-// run costs, whatever else the machine is doing.
-func cpuTime() time.Duration {
-	var u syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &u); err != nil {
-		return 0
-	}
-	return time.Duration(u.Utime.Nano() + u.Stime.Nano())
 }
