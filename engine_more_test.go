@@ -265,7 +265,7 @@ func TestHandedResultRefusedReplays(t *testing.T) {
 	var calls atomic.Int32
 	step := reprise.NewStep("handed", func(ctx context.Context, _ int) (string, error) {
 		n := calls.Add(1)
-		time.Sleep(20 * time.Millisecond) // the runner is waiting by then
+		time.Sleep(100 * time.Millisecond) // the runner is waiting long before
 		return fmt.Sprintf("v%d", n), nil
 	}, reprise.WithPolicyText("[retry: 3, backoff: 1s] [timeout: 10s]"))
 	hold := make(chan struct{})
