@@ -18,8 +18,8 @@ type checkpointer struct {
 	done chan struct{}
 }
 
-func startCheckpointer(dsn string, every time.Duration) (*checkpointer, error) {
-	c, err := openConn(dsn)
+func startCheckpointer(path, busy string, every time.Duration) (*checkpointer, error) {
+	c, err := openConn(path, busy)
 	if err != nil {
 		return nil, err
 	}

@@ -213,14 +213,14 @@ type txn struct {
 }
 
 func (tx *txn) begin(mode string) error {
-	if err := tx.c.script(tx.ctx, "BEGIN "+mode); err != nil {
+	if _, err := tx.c.exec(tx.ctx, "BEGIN "+mode); err != nil {
 		return fmt.Errorf("begin: %w", err)
 	}
 	return nil
 }
 
 func (tx *txn) commit() error {
-	if err := tx.c.script(tx.ctx, "COMMIT"); err != nil {
+	if _, err := tx.c.exec(tx.ctx, "COMMIT"); err != nil {
 		tx.rollback()
 		return fmt.Errorf("commit: %w", err)
 	}
@@ -230,7 +230,7 @@ func (tx *txn) commit() error {
 // rollback ends the transaction. Its error is of no use: the connection
 // either has no transaction left or is broken, and the next BEGIN says so.
 func (tx *txn) rollback() {
-	_ = tx.c.script(tx.ctx, "ROLLBACK")
+	_, _ = tx.c.exec(tx.ctx, "ROLLBACK")
 }
 
 func (tx *txn) exec(query string, args ...any) (int64, error) {

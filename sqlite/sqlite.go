@@ -128,7 +128,7 @@ func (s *Store) open(o Options) error {
 	if !memory {
 		pragmas = append(pragmas, "journal_mode(WAL)")
 	}
-	w, err := openConn(dsn(s.path, pragmas))
+	w, err := openConn(s.path, pragmas...)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (s *Store) open(o Options) error {
 	if !memory {
 		// Readers need no journal mode (WAL is a property of the file,
 		// set by the writer) and must never write.
-		s.readers = newPool(o.ReadConns, dsn(s.path, []string{busy, "cache_size(-8000)", "query_only(1)"}))
+		s.readers = newPool(o.ReadConns, s.path, busy, "cache_size(-8000)", "query_only(1)")
 	}
 	// Open has no context to give: the migration runs under one that is
 	// never cancelled, like the driver's own setup statements.
@@ -144,28 +144,11 @@ func (s *Store) open(o Options) error {
 		return err
 	}
 	if !memory {
-		if s.ckpt, err = startCheckpointer(dsn(s.path, []string{busy}), 250*time.Millisecond); err != nil {
+		if s.ckpt, err = startCheckpointer(s.path, busy, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// dsn builds the driver's data source name. The path goes to SQLite as it
-// is, so it must not hold a '?'.
-func dsn(path string, pragmas []string) string {
-	var b strings.Builder
-	b.WriteString(path)
-	for i, p := range pragmas {
-		if i == 0 {
-			b.WriteByte('?')
-		} else {
-			b.WriteByte('&')
-		}
-		b.WriteString("_pragma=")
-		b.WriteString(p)
-	}
-	return b.String()
 }
 
 // Close waits for the writes under way, then closes the database. Calls
@@ -210,7 +193,7 @@ func (s *Store) read(ctx context.Context, fn func(tx *txn) error) error {
 		return err
 	}
 	err = fn(tx)
-	if rerr := c.script(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+	if _, rerr := c.exec(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
 		// A connection stuck in a transaction is of no further use.
 		s.readers.discard(c)
 		return errors.Join(err, rerr)
@@ -221,13 +204,14 @@ func (s *Store) read(ctx context.Context, fn func(tx *txn) error) error {
 
 // A pool holds the read-only connections, opened as they are needed.
 type pool struct {
-	dsn   string
-	idle  chan *conn
-	slots chan struct{} // one per open connection
+	path    string
+	pragmas []string
+	idle    chan *conn
+	slots   chan struct{} // one per open connection
 }
 
-func newPool(size int, dsn string) *pool {
-	return &pool{dsn: dsn, idle: make(chan *conn, size), slots: make(chan struct{}, size)}
+func newPool(size int, path string, pragmas ...string) *pool {
+	return &pool{path: path, pragmas: pragmas, idle: make(chan *conn, size), slots: make(chan struct{}, size)}
 }
 
 func (p *pool) get(ctx context.Context) (*conn, error) {
@@ -240,7 +224,7 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 	case c := <-p.idle:
 		return c, nil
 	case p.slots <- struct{}{}:
-		c, err := openConn(p.dsn)
+		c, err := openConn(p.path, p.pragmas...)
 		if err != nil {
 			<-p.slots
 			return nil, err
