@@ -50,13 +50,17 @@ func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, r
 	if len(results) == 0 {
 		return nil, nil
 	}
+	// One result, the usual case, is one statement: its delete is its check.
+	query := `SELECT execution, position, step, attempt FROM tasks
+		WHERE id = ? AND token = ? AND lease_until > ? AND run_id = ?`
+	if len(results) == 1 {
+		query = `DELETE FROM tasks WHERE id = ? AND token = ? AND lease_until > ? AND run_id = ?
+			RETURNING execution, position, step, attempt`
+	}
 	events := make([]reprise.Event, len(results))
 	for i, c := range results {
 		e := reprise.Event{Type: reprise.EventStepCompleted, Output: c.Output}
-		err := tx.queryRow(`
-			SELECT execution, position, step, attempt FROM tasks
-			WHERE id = ? AND token = ? AND lease_until > ? AND run_id = ?`,
-			c.TaskID, c.Token, tx.nanos, runID).Scan(&e.Execution, &e.Position, &e.Step, &e.Attempt)
+		err := tx.queryRow(query, c.TaskID, c.Token, tx.nanos, runID).Scan(&e.Execution, &e.Position, &e.Step, &e.Attempt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, reprise.ErrLeaseLost
 		}
@@ -65,10 +69,12 @@ func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, r
 		}
 		events[i] = e
 	}
-	// Only now, every lease checked, the writes: a stale one changes nothing.
-	for _, c := range results {
-		if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, c.TaskID); err != nil {
-			return nil, err
+	if len(results) > 1 {
+		// Only now, every lease checked, the writes: a stale one changes nothing.
+		for _, c := range results {
+			if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, c.TaskID); err != nil {
+				return nil, err
+			}
 		}
 	}
 	run.tasks -= len(results)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"reprise"
@@ -42,20 +43,43 @@ func listEvents(tx *txn, runID string, afterSeq int64) ([]reprise.Event, error) 
 	defer rows.Close()
 	var events []reprise.Event
 	for rows.Next() {
-		var seq, at int64
-		var execution int
-		var body []byte
-		if err := rows.Scan(&seq, &execution, &at, &body); err != nil {
+		if events, err = scanEvents(rows, events, afterSeq); err != nil {
 			return nil, err
 		}
-		var e reprise.Event
-		if err := json.Unmarshal(body, &e); err != nil {
-			return nil, fmt.Errorf("decode event %d: %w", seq, err)
-		}
-		e.Seq, e.Execution, e.At = seq, execution, fromNanos(at)
-		events = append(events, e)
 	}
 	return events, rows.Err()
+}
+
+// scanEvents appends the events of the row of (seq, execution, at, body)
+// at hand whose Seq is after afterSeq. A row holds what one write
+// appended: one event, whose seq and execution are the row's, or, its
+// body a JSON array, several, each with its own seq and execution.
+func scanEvents(rows *rows, dst []reprise.Event, afterSeq int64) ([]reprise.Event, error) {
+	var seq, at int64
+	var execution int
+	var body []byte
+	if err := rows.Scan(&seq, &execution, &at, &body); err != nil {
+		return nil, err
+	}
+	if len(body) > 0 && body[0] == '[' {
+		var events []reprise.Event
+		if err := json.Unmarshal(body, &events); err != nil {
+			return nil, fmt.Errorf("decode events up to %d: %w", seq, err)
+		}
+		for _, e := range events {
+			if e.Seq > afterSeq {
+				e.At = fromNanos(at)
+				dst = append(dst, e)
+			}
+		}
+		return dst, nil
+	}
+	var e reprise.Event
+	if err := json.Unmarshal(body, &e); err != nil {
+		return nil, fmt.Errorf("decode event %d: %w", seq, err)
+	}
+	e.Seq, e.Execution, e.At = seq, execution, fromNanos(at)
+	return append(dst, e), nil
 }
 
 // lastSeq is a scalar subquery for the last Seq of the run ?1's history.
@@ -64,49 +88,51 @@ const lastSeq = `(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?1)`
 // appendEvents appends events to the run's history, numbering them after
 // last, the run's last Seq, at the batch's time. It sets their Seq and At.
 // bodies holds the events encoded ahead, off the write path; the others
-// (a nil or missing body) are encoded here. The events go in as few
-// statements as insertEventsSQL allows: SQLite's work per statement is a
-// good part of an insert's.
+// (a nil or missing body) are encoded here. The events go in as one row,
+// keyed by the last one's Seq (see scanEvents): a row costs SQLite about
+// as much as its bytes, whatever the number of events in it.
 func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bodies [][]byte) error {
-	args := make([]any, 0, 6*min(len(events), len(insertEventsSQL)))
-	for i := 0; i < len(events); {
-		n := min(len(events)-i, len(insertEventsSQL))
-		args = args[:0]
-		for j := i; j < i+n; j++ {
-			e := &events[j]
-			e.Seq, e.At = last+int64(j)+1, tx.now
-			var body []byte
-			if j < len(bodies) {
-				body = bodies[j]
-			}
-			if body == nil {
-				var err error
-				if body, err = encodeEvent(*e); err != nil {
-					return err
-				}
-			}
-			args = append(args, runID, e.Seq, e.Execution, string(e.Type), tx.nanos, body)
+	if len(events) == 0 {
+		return nil
+	}
+	enc := make([][]byte, len(events))
+	size := 2
+	for j := range events {
+		events[j].Seq, events[j].At = last+int64(j)+1, tx.now
+		if j < len(bodies) {
+			enc[j] = bodies[j]
 		}
-		if _, err := tx.exec(insertEventsSQL[n-1], args...); err != nil {
-			return fmt.Errorf("append %s: %w", events[i].Type, err)
+		if enc[j] == nil {
+			var err error
+			if enc[j], err = encodeEvent(events[j]); err != nil {
+				return err
+			}
 		}
-		i += n
+		size += len(enc[j]) + 40
+	}
+	body := enc[0]
+	if len(events) > 1 {
+		body = make([]byte, 0, size)
+		body = append(body, '[')
+		for j, e := range events {
+			if j > 0 {
+				body = append(body, ',')
+			}
+			// An encoded body is {"type":...}: the seq and execution go first.
+			body = strconv.AppendInt(append(body, `{"seq":`...), e.Seq, 10)
+			body = strconv.AppendInt(append(body, `,"execution":`...), int64(e.Execution), 10)
+			body = append(append(body, ','), enc[j][1:]...)
+		}
+		body = append(body, ']')
+	}
+	e := &events[len(events)-1]
+	_, err := tx.exec(`INSERT INTO events (run_id, seq, execution, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`,
+		runID, e.Seq, e.Execution, string(e.Type), tx.nanos, body)
+	if err != nil {
+		return fmt.Errorf("append %s: %w", events[0].Type, err)
 	}
 	return nil
 }
-
-// insertEventsSQL[n-1] inserts n events.
-var insertEventsSQL = func() []string {
-	qs := make([]string, 8)
-	q := `INSERT INTO events (run_id, seq, execution, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`
-	for i := range qs {
-		if i > 0 {
-			q += `, (?, ?, ?, ?, ?, ?)`
-		}
-		qs[i] = q
-	}
-	return qs
-}()
 
 // encodeEvents encodes ahead the events whose bodies depend on nothing the
 // write learns: all but timers scheduled, whose fire time is the write's.

@@ -4,8 +4,10 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,13 +107,15 @@ func TestOpenValidatesOptions(t *testing.T) {
 	}
 }
 
-// TestMigrateFromVersion1 opens a database of schema 1 with a run and a
-// task in it: Open migrates it to this version, and both read as before,
-// with the new fields zero.
+// TestMigrateFromVersion1 opens a database of schema 1 with a run, its
+// history and a task in it: Open migrates it to this version, all three
+// read as before, with the new fields zero, and the history goes on after
+// the rows of single events that version 1 wrote.
 func TestMigrateFromVersion1(t *testing.T) {
 	t.Parallel()
-	if v := sqlite.SchemaVersion(); v != 2 {
-		t.Fatalf("SchemaVersion = %d, want 2", v)
+	const version = 3
+	if v := sqlite.SchemaVersion(); v != version {
+		t.Fatalf("SchemaVersion = %d, want %d", v, version)
 	}
 	path := filepath.Join(t.TempDir(), "reprise.db")
 	init, err := os.ReadFile("migrations/0001_init.sql")
@@ -125,6 +129,9 @@ func TestMigrateFromVersion1(t *testing.T) {
 	for _, q := range []string{
 		string(init),
 		`INSERT INTO runs (id, workflow, status, input, created_at) VALUES ('run-1', 'order', 'running', '{}', 1)`,
+		`INSERT INTO events (run_id, seq, execution, type, at, body) VALUES
+			('run-1', 1, 1, 'RunStarted', 1, '{"type":"RunStarted","workflow":"order","input":{}}'),
+			('run-1', 2, 1, 'StepScheduled', 1, '{"type":"StepScheduled","position":1,"step":"charge"}')`,
 		`INSERT INTO tasks (run_id, execution, position, step, idempotency_key, ready_at) VALUES ('run-1', 1, 1, 'charge', 'k', 1)`,
 		`PRAGMA user_version = 1`,
 	} {
@@ -139,8 +146,8 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	defer s.Close()
-	if v := userVersion(t, path, -1); v != 2 {
-		t.Fatalf("user_version = %d, want 2", v)
+	if v := userVersion(t, path, -1); v != version {
+		t.Fatalf("user_version = %d, want %d", v, version)
 	}
 	run, err := s.RunGet(t.Context(), "run-1")
 	if err != nil || run.ParentID != "" || run.Status != reprise.RunRunning {
@@ -151,5 +158,17 @@ func TestMigrateFromVersion1(t *testing.T) {
 	})
 	if err != nil || len(tasks) != 1 || tasks[0].Attempt != 1 || tasks[0].Base != 0 || tasks[0].Lapses != 0 {
 		t.Fatalf("TaskClaim = %+v, %v; want the old task as attempt 1", tasks, err)
+	}
+	events, err := s.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: "run-1", AfterSeq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range events {
+		got = append(got, fmt.Sprintf("%d %s %d %s", e.Seq, e.Type, e.Execution, e.Step))
+	}
+	want := []string{"2 StepScheduled 1 charge", "3 AttemptStarted 1 charge"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("history after seq 1 = %q, want %q", got, want)
 	}
 }

@@ -3,9 +3,9 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"reprise"
 )
@@ -30,21 +30,12 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 		if reprise.RunStatus(status) != reprise.RunFailed {
 			return reprise.ErrNotRedrivable
 		}
-		var typ string
-		var body []byte
-		err = tx.queryRow(`
-			SELECT type, body FROM events
-			WHERE run_id = ? AND execution = ? AND type IN ('StepCompleted', 'StepFailed')
-			ORDER BY seq DESC LIMIT 1`, p.ID, execution).Scan(&typ, &body)
-		if errors.Is(err, sql.ErrNoRows) || err == nil && typ != string(reprise.EventStepFailed) {
-			return reprise.ErrNotRedrivable
-		}
+		failed, err := lastStepEnd(tx, p.ID, execution)
 		if err != nil {
 			return err
 		}
-		var failed reprise.Event
-		if err := json.Unmarshal(body, &failed); err != nil {
-			return fmt.Errorf("decode StepFailed: %w", err)
+		if failed.Type != reprise.EventStepFailed {
+			return reprise.ErrNotRedrivable
 		}
 		n, err := tx.exec(`
 			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout,
@@ -108,4 +99,27 @@ func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*r
 		return nil, fmt.Errorf("signal run %s: %w", p.RunID, err)
 	}
 	return out, nil
+}
+
+// lastStepEnd returns the last StepCompleted or StepFailed event of the
+// run's execution, or a zero Event. It reads the history backwards, a row
+// at a time.
+func lastStepEnd(tx *txn, runID string, execution int) (reprise.Event, error) {
+	rows, err := tx.query(`SELECT seq, execution, at, body FROM events WHERE run_id = ? ORDER BY seq DESC`, runID)
+	if err != nil {
+		return reprise.Event{}, err
+	}
+	defer rows.Close()
+	var events []reprise.Event
+	for rows.Next() {
+		if events, err = scanEvents(rows, events[:0], 0); err != nil {
+			return reprise.Event{}, err
+		}
+		for _, e := range slices.Backward(events) {
+			if e.Execution == execution && (e.Type == reprise.EventStepCompleted || e.Type == reprise.EventStepFailed) {
+				return e, nil
+			}
+		}
+	}
+	return reprise.Event{}, rows.Err()
 }

@@ -1,0 +1,14 @@
+-- reprise schema, version 3: a row of events holds what one write appended.
+--
+-- A write (a transition) appends its events as one row: SQLite's work per
+-- row, its key and columns, was most of what an append cost. A row's seq is
+-- its last event's, so the last seq of a run is still its greatest key and
+-- a read after a seq still starts at the right row. A row's body is its one
+-- event, as in version 2, whose seq and execution are the row's columns, or
+-- a JSON array of its events, each with its own seq and execution; its
+-- type and execution columns are those of its last event.
+--
+-- The rows already written are rows of one event each: there is nothing to
+-- convert. The version still changes, so that an older binary, which would
+-- read an array as one event, refuses the file.
+SELECT 1;
