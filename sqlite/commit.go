@@ -237,6 +237,10 @@ func (tx *txn) exec(query string, args ...any) (int64, error) {
 	return tx.c.exec(tx.ctx, query, args...)
 }
 
+func (tx *txn) insert(query string, args ...any) (int64, error) {
+	return tx.c.insert(tx.ctx, query, args...)
+}
+
 func (tx *txn) query(query string, args ...any) (*rows, error) {
 	return tx.c.query(tx.ctx, query, args...)
 }
