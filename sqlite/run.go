@@ -144,7 +144,7 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 	var where []string
 	var args []any
 	if p.Status != "" {
-		where, args = append(where, "status = ?"), append(args, string(p.Status))
+		where, args = append(where, "status = ?"+statusIndexed(p.Status)), append(args, string(p.Status))
 	}
 	if p.Workflow != "" {
 		where, args = append(where, "workflow = ?"), append(args, p.Workflow)
@@ -181,6 +181,19 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	return runs, nil
+}
+
+// statusIndexed returns, for a status that a partial index holds, that
+// index's condition, for a query on the status to repeat: SQLite uses a
+// partial index only for a query whose WHERE has its condition in it.
+func statusIndexed(s reprise.RunStatus) string {
+	switch s {
+	case reprise.RunPending, reprise.RunRunning:
+		return ` AND status IN ('pending', 'running')`
+	case reprise.RunFailed, reprise.RunCancelled:
+		return ` AND status IN ('failed', 'cancelled')`
+	}
+	return ""
 }
 
 // RunClaim leases active runs whose lease is free or has lapsed, oldest
