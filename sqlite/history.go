@@ -53,7 +53,8 @@ func listEvents(tx *txn, runID string, afterSeq int64) ([]reprise.Event, error) 
 // scanEvents appends the events of the row of (seq, execution, at, body)
 // at hand whose Seq is after afterSeq. A row holds what one write
 // appended: one event, whose seq and execution are the row's, or, its
-// body a JSON array, several, each with its own seq and execution.
+// body a JSON array, several, numbered up to the row's seq, each of the
+// row's execution unless it says otherwise.
 func scanEvents(rows *rows, dst []reprise.Event, afterSeq int64) ([]reprise.Event, error) {
 	var seq, at int64
 	var execution int
@@ -66,9 +67,13 @@ func scanEvents(rows *rows, dst []reprise.Event, afterSeq int64) ([]reprise.Even
 		if err := json.Unmarshal(body, &events); err != nil {
 			return nil, fmt.Errorf("decode events up to %d: %w", seq, err)
 		}
-		for _, e := range events {
+		first := seq - int64(len(events)) + 1
+		for i, e := range events {
+			e.Seq, e.At = first+int64(i), fromNanos(at)
+			if e.Execution == 0 {
+				e.Execution = execution
+			}
 			if e.Seq > afterSeq {
-				e.At = fromNanos(at)
 				dst = append(dst, e)
 			}
 		}
@@ -108,26 +113,31 @@ func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bo
 				return err
 			}
 		}
-		size += len(enc[j]) + 40
+		size += len(enc[j]) + 16
 	}
 	body := enc[0]
 	if len(events) > 1 {
 		body = make([]byte, 0, size)
 		body = append(body, '[')
+		// Each as encoded ({"type":...}, without seq and execution), with
+		// its execution where it is not the row's (continue-as-new).
+		rowExecution := events[len(events)-1].Execution
 		for j, e := range events {
 			if j > 0 {
 				body = append(body, ',')
 			}
-			// An encoded body is {"type":...}: the seq and execution go first.
-			body = strconv.AppendInt(append(body, `{"seq":`...), e.Seq, 10)
-			body = strconv.AppendInt(append(body, `,"execution":`...), int64(e.Execution), 10)
+			if e.Execution == rowExecution {
+				body = append(body, enc[j]...)
+				continue
+			}
+			body = strconv.AppendInt(append(body, `{"execution":`...), int64(e.Execution), 10)
 			body = append(append(body, ','), enc[j][1:]...)
 		}
 		body = append(body, ']')
 	}
-	e := &events[len(events)-1]
+	end := &events[len(events)-1]
 	_, err := tx.exec(`INSERT INTO events (run_id, seq, execution, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`,
-		runID, e.Seq, e.Execution, string(e.Type), tx.nanos, body)
+		runID, end.Seq, end.Execution, string(end.Type), tx.nanos, body)
 	if err != nil {
 		return fmt.Errorf("append %s: %w", events[0].Type, err)
 	}

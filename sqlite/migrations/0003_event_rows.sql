@@ -5,8 +5,9 @@
 -- its last event's, so the last seq of a run is still its greatest key and
 -- a read after a seq still starts at the right row. A row's body is its one
 -- event, as in version 2, whose seq and execution are the row's columns, or
--- a JSON array of its events, each with its own seq and execution; its
--- type and execution columns are those of its last event.
+-- a JSON array of its events, numbered up to the row's seq, each of the
+-- row's execution unless it names another; the type and execution columns
+-- are those of its last event.
 --
 -- The rows already written are rows of one event each: there is nothing to
 -- convert. The version still changes, so that an older binary, which would
