@@ -46,7 +46,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 		return nil, reprise.ErrLeaseLost
 	}
 	a := newAppender(now)
-	if err := completeAll(ctx, tx, a, run, p.Completed, now); err != nil {
+	if err := completeAll(ctx, tx, a, run, p.Completed, now, p.Finish != nil); err != nil {
 		return nil, err
 	}
 	dropped, err := dropCancelled(ctx, tx, run, p.Cancels)
@@ -71,10 +71,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 	adv := &reprise.Advanced{Tasks: sc.leased}
 	switch {
 	case p.Finish == nil:
-		b.Queue(`
-			UPDATE reprise_run SET status = 'running', has_children = has_children OR $2, last_seq = $3, updated_at = $4
-			WHERE id = $1`,
-			run.id, sc.children, run.lastSeq, run.updatedAt)
+		sc.tasks.queueWith(b, a, run.runHead, sc.children, sc.leased)
 	case p.Finish.ContinueAsNew:
 		if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
 			return nil, err
@@ -82,8 +79,10 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 		if err := continueAsNew(a, b, run, p.Finish.Input); err != nil {
 			return nil, err
 		}
+		a.queue(b, run.runHead)
 	default:
-		if err := finish(a, b, run, p.Finish); err != nil {
+		final, args, err := finish(a, run, p.Finish)
+		if err != nil {
 			return nil, err
 		}
 		if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
@@ -95,17 +94,18 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 		if run.owner != "" {
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner})
 		}
+		a.queueWith(b, []*runHead{run.runHead}, final, args...)
 	}
-	a.queue(b, run.runHead)
 	adv.Events = a.eventsOf(run.runHead)
 	return adv, nil
 }
 
 // completeAll records results handed to the workflow before the advance
 // that reports them, as TaskComplete would: StepCompleted for each, and
-// the task removed. Every attempt's lease must hold at now; a stale one
-// fails the advance with ErrLeaseLost before anything is written.
-func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, results []reprise.TaskCompleteParams, now time.Time) error {
+// the task removed (unless the advance drops all the run's tasks anyway,
+// ending its execution). Every attempt's lease must hold at now; a stale
+// one fails the advance with ErrLeaseLost before anything is written.
+func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, results []reprise.TaskCompleteParams, now time.Time, dropping bool) error {
 	for _, c := range results {
 		var (
 			execution, position, attempt int
@@ -133,7 +133,9 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 		if err != nil {
 			return err
 		}
-		tx.writes.Queue(`DELETE FROM reprise_task WHERE id = $1`, c.TaskID)
+		if !dropping {
+			tx.writes.Queue(`DELETE FROM reprise_task WHERE id = $1`, c.TaskID)
+		}
 	}
 	return nil
 }
@@ -210,12 +212,14 @@ type scheduler struct {
 	dropped map[int]string
 
 	leased   []*reprise.Task
-	children bool // child runs were created
+	tasks    taskRows // inserted with the run's update (see advance)
+	children bool     // child runs were created
 }
 
 // schedule appends StepScheduled (and AttemptStarted for a step leased at
 // once), TimerScheduled, VersionMarker and ChildStarted in position order,
-// and queues the tasks, timers and child runs they start.
+// queues the timers and child runs they start, and collects the tasks in
+// sc.tasks.
 func (sc *scheduler) schedule() error {
 	p := sc.p
 	type item struct {
@@ -245,7 +249,7 @@ func (sc *scheduler) schedule() error {
 		cancelled[pos] = true
 	}
 	var (
-		tasks    taskRows
+		tasks    = &sc.tasks
 		timers   timerRows
 		kids     childRows
 		notified = map[string]bool{}
@@ -315,7 +319,6 @@ func (sc *scheduler) schedule() error {
 			return err
 		}
 	}
-	tasks.queue(sc.b, h, a.now, sc.leased)
 	timers.queue(sc.b, h)
 	sc.children = kids.queue(sc.b, h, a.now)
 	return nil
@@ -373,26 +376,33 @@ func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
 	}
 }
 
-// queue inserts the tasks; a leased one starts its first attempt, as a
-// claim would, and its id is set in leased (matched by position).
-func (r *taskRows) queue(b *pgx.Batch, h *runHead, now time.Time, leased []*reprise.Task) {
+// queueWith queues, with the events of a (appender.queueWith), the
+// insert of the tasks and the update that marks run h running, with its
+// head, and has_children when the advance created child runs. A leased
+// task starts its first attempt, as a claim would, and its id is set in
+// leased (matched by position).
+func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children bool, leased []*reprise.Task) {
+	args := []any{h.id, children, h.lastSeq, h.updatedAt}
+	const running = `UPDATE reprise_run SET status = 'running', has_children = has_children OR $8, last_seq = $9,
+		updated_at = $10 WHERE id = $7`
 	if len(r.pos) == 0 {
+		a.queueWith(b, []*runHead{h}, running, args...)
 		return
 	}
-	qq := b.Queue(`
-		INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
-			owner, lease_until, attempt, token, started_at, first_started_at, ready_at, created_at)
-		SELECT $1, $2, position, step, input::json, key, policy::json, timeout,
-			owner, lease_until, CASE WHEN owner = '' THEN 0 ELSE 1 END, CASE WHEN owner = '' THEN 0 ELSE 1 END,
-			CASE WHEN owner = '' THEN NULL ELSE $3::timestamptz END, CASE WHEN owner = '' THEN NULL ELSE $3::timestamptz END,
-			$3, $3
-		FROM unnest($4::int[], $5::text[], $6::text[], $7::text[], $8::text[], $9::interval[], $10::text[], $11::timestamptz[])
-			AS t(position, step, input, key, policy, timeout, owner, lease_until)
-		RETURNING id, position`,
-		h.id, h.execution, now, r.pos, r.step, r.input, r.key, r.policy, r.timeout, r.owner, r.leaseUntil)
-	if len(leased) == 0 {
-		return
-	}
+	qq := a.queueWith(b, []*runHead{h}, `,
+		tasks AS (
+			INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
+				owner, lease_until, attempt, token, started_at, first_started_at, ready_at, created_at)
+			SELECT $7, $11, position, step, input::json, key, policy::json, timeout,
+				owner, lease_until, CASE WHEN owner = '' THEN 0 ELSE 1 END, CASE WHEN owner = '' THEN 0 ELSE 1 END,
+				CASE WHEN owner = '' THEN NULL ELSE $12::timestamptz END,
+				CASE WHEN owner = '' THEN NULL ELSE $12::timestamptz END, $12, $12
+			FROM unnest($13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::interval[], $19::text[],
+				$20::timestamptz[]) AS t(position, step, input, key, policy, timeout, owner, lease_until)
+			RETURNING id, position),
+		run AS (`+running+`)
+		SELECT id, position FROM tasks`,
+		append(args, h.execution, a.now, r.pos, r.step, r.input, r.key, r.policy, r.timeout, r.owner, r.leaseUntil)...)
 	qq.Query(func(rows pgx.Rows) error {
 		var (
 			id  int64

@@ -10,8 +10,9 @@ import (
 	"reprise"
 )
 
-// finish appends the run's end event and queues its end.
-func finish(a *appender, b *pgx.Batch, run *lockedRun, f *reprise.RunFinish) error {
+// finish appends the run's end event and returns the statement that ends
+// it, for appender.queueWith (see end).
+func finish(a *appender, run *lockedRun, f *reprise.RunFinish) (string, []any, error) {
 	e := reprise.Event{Type: reprise.EventRunCancelled, Error: f.Error}
 	switch f.Status {
 	case reprise.RunCompleted:
@@ -20,27 +21,30 @@ func finish(a *appender, b *pgx.Batch, run *lockedRun, f *reprise.RunFinish) err
 		e = reprise.Event{Type: reprise.EventRunFailed, Error: f.Error}
 	}
 	if err := a.add(run.runHead, e); err != nil {
-		return err
+		return "", nil, err
 	}
-	return end(b, run, f.Status, f.Output, f.Error)
+	return end(run, f.Status, f.Output, f.Error)
 }
 
-// end queues the update that ends the run, after its last event, and the
-// removal of its tasks and timers, so that results of running attempts are
-// rejected. A failed run keeps its failed steps, for RunRedrive.
-func end(b *pgx.Batch, run *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) error {
+// end returns the statement that ends the run after its last event, as
+// the final statement of appender.queueWith, which advances the run's
+// head: it removes the run's tasks and timers, so that results of running
+// attempts are rejected. A failed run keeps its failed steps, for
+// RunRedrive.
+func end(run *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) (string, []any, error) {
 	encErr, err := encodeError(errInfo)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	b.Queue(`
-		UPDATE reprise_run SET status = $2, output = $3::json, error = $4::json, owner = '', lease_until = NULL,
-			last_seq = $5, updated_at = $6
-		WHERE id = $1`,
-		run.id, string(status), nullJSON(output), encErr, run.lastSeq, run.updatedAt)
-	drop(b, []string{run.id}, status != reprise.RunFailed)
 	run.status = status
-	return nil
+	return `,
+		tasks AS (DELETE FROM reprise_task WHERE run_id = $7),
+		failed AS (DELETE FROM reprise_step_failed WHERE $8 AND run_id = $7),
+		timers AS (DELETE FROM reprise_timer WHERE run_id = $7)
+		UPDATE reprise_run SET status = $9, output = $10::json, error = $11::json, owner = '', lease_until = NULL,
+			last_seq = $12, updated_at = $13
+		WHERE id = $7`,
+		[]any{run.id, status != reprise.RunFailed, string(status), nullJSON(output), encErr, run.lastSeq, run.updatedAt}, nil
 }
 
 // drop queues the removal of the runs' tasks and timers, and of their
@@ -155,17 +159,18 @@ func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*rep
 		if err := a.add(r.runHead, reprise.Event{Type: reprise.EventRunCancelled, Reason: p.Reason}); err != nil {
 			return err
 		}
-		b := &tx.writes
-		if err := end(b, r, reprise.RunCancelled, nil, nil); err != nil {
+		final, args, err := end(r, reprise.RunCancelled, nil, nil)
+		if err != nil {
 			return err
 		}
+		b := &tx.writes
 		if err := cancelBelow(a, b, &tx.out, r, below, "parent cancelled"); err != nil {
 			return err
 		}
 		if _, err := reportToParent(a, &tx.out, r, parent, reprise.RunCancelled, nil, nil); err != nil {
 			return err
 		}
-		a.queue(b, r.runHead)
+		a.queueWith(b, []*runHead{r.runHead}, final, args...)
 		if r.owner != "" {
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner})
 		}

@@ -166,6 +166,32 @@ func (a *appender) queueEvents(b *pgx.Batch) {
 	b.Queue(insertEvents, a.runID, a.seq, a.typ, a.execution, a.at, a.data)
 }
 
+// queueWith adds to b one statement that stores the events and runs final,
+// whose parameters are args, numbered from $7, and returns it (for rows
+// final returns). final may open with more common table expressions
+// (", name AS (...)"); it advances the heads of the runs in updated itself
+// (advanceHead does it for one), and the others' are advanced as queue
+// does. One statement instead of several: each costs the server more to
+// start than these small writes cost to run.
+func (a *appender) queueWith(b *pgx.Batch, updated []*runHead, final string, args ...any) *pgx.QueuedQuery {
+	qq := b.Queue(`WITH appended AS (`+insertEvents+`)`+final,
+		append([]any{a.runID, a.seq, a.typ, a.execution, a.at, a.data}, args...)...)
+	for _, h := range a.heads {
+		if !slices.Contains(updated, h) {
+			b.Queue(`UPDATE reprise_run SET last_seq = $2, updated_at = $3 WHERE id = $1`, h.id, h.lastSeq, h.updatedAt)
+		}
+	}
+	return qq
+}
+
+// advanceHead opens the final statement of appender.queueWith with the
+// update of one run's head, whose parameters (headArgs) are $7 to $9; the
+// rest of the statement's are numbered from $10.
+const advanceHead = `, head AS (UPDATE reprise_run SET last_seq = $8, updated_at = $9 WHERE id = $7)`
+
+// headArgs are advanceHead's parameters.
+func headArgs(h *runHead) []any { return []any{h.id, h.lastSeq, h.updatedAt} }
+
 // insertEvents stores an appender's events.
 const insertEvents = `
 	INSERT INTO reprise_event (run_id, seq, type, execution, at, data)

@@ -38,6 +38,11 @@ func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
 // up to p.Limit in all, earliest ready first, and appends AttemptStarted for
 // each.
 //
+// The claim statement also advances the runs' heads by the number of tasks
+// it starts for each, as the appender numbers their events (the returned
+// last_seq is the one before): a claim of tasks of many runs is then two
+// statements, not one per run.
+//
 // Tasks and their runs are locked with SKIP LOCKED, so a claim never waits:
 // a task whose run another transaction holds (say, one recording a sibling
 // step's result) is left for the next claim. Because a claim never waits it
@@ -81,7 +86,11 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 				SELECT id AS head_id, last_seq, updated_at FROM reprise_run
 				WHERE id IN (SELECT picked_run FROM picked)
 				ORDER BY id
-				FOR UPDATE SKIP LOCKED)
+				FOR UPDATE SKIP LOCKED),
+			heads AS (
+				UPDATE reprise_run r SET last_seq = r.last_seq + n.started, updated_at = greatest(r.updated_at, c.now)
+				FROM (SELECT picked_run, count(*) AS started FROM picked GROUP BY picked_run) n, runs, c
+				WHERE head_id = n.picked_run AND r.id = head_id)
 			UPDATE reprise_task SET attempt = attempt + 1, token = token + 1, owner = $5,
 				started_at = c.now, first_started_at = coalesce(first_started_at, c.now),
 				lease_until = c.now + CASE WHEN timeout > '0' AND timeout < $6::interval THEN timeout ELSE $6::interval END
@@ -134,7 +143,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 				return err
 			}
 		}
-		a.queue(&tx.writes)
+		a.queueEvents(&tx.writes)
 		return nil
 	})
 	if err != nil {
@@ -262,9 +271,9 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 		if err != nil {
 			return err
 		}
-		b := &tx.writes
-		b.Queue(`DELETE FROM reprise_task WHERE id = $1`, t.id)
-		a.queue(b)
+		a.queueWith(&tx.writes, []*runHead{t.run}, advanceHead+`
+			DELETE FROM reprise_task WHERE id = $10`,
+			append(headArgs(t.run), t.id)...)
 		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
@@ -309,22 +318,22 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				if err != nil {
 					return err
 				}
-				b.Queue(`
-					UPDATE reprise_task SET attempt = $2, token = $3, owner = $4, started_at = $5, lease_until = $6,
-						ready_at = $5, lapses = $7
-					WHERE id = $1`,
-					t.id, next.Attempt, next.Token, p.LeaseOwner, next.StartedAt, next.LeaseUntil, next.Lapses)
-				a.queue(b)
+				a.queueWith(b, []*runHead{t.run}, advanceHead+`
+					UPDATE reprise_task SET attempt = $11, token = $12, owner = $13, started_at = $14,
+						lease_until = $15, ready_at = $14, lapses = $16
+					WHERE id = $10`,
+					append(headArgs(t.run), t.id, next.Attempt, next.Token, p.LeaseOwner, next.StartedAt,
+						next.LeaseUntil, next.Lapses)...)
 				o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
 				return nil
 			}
 			// A lease that lapsed counts towards poison; any other result
 			// ends the streak.
-			b.Queue(`
-				UPDATE reprise_task SET owner = '', lease_until = NULL, ready_at = $2,
-					lapses = CASE WHEN $3 THEN lapses + 1 ELSE 0 END
-				WHERE id = $1`,
-				t.id, failed.RetryAt, p.Expired)
+			a.queueWith(b, []*runHead{t.run}, advanceHead+`
+				UPDATE reprise_task SET owner = '', lease_until = NULL, ready_at = $11,
+					lapses = CASE WHEN $12 THEN lapses + 1 ELSE 0 END
+				WHERE id = $10`,
+				append(headArgs(t.run), t.id, failed.RetryAt, p.Expired)...)
 			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
 		} else {
 			failed.Reason = p.Reason
@@ -339,19 +348,18 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				return err
 			}
 			// The task moves aside, as it was scheduled, for RunRedrive.
-			b.Queue(`
-				WITH failed AS (DELETE FROM reprise_task WHERE id = $1 RETURNING *)
+			a.queueWith(b, []*runHead{t.run}, advanceHead+`,
+				failed AS (DELETE FROM reprise_task WHERE id = $10 RETURNING *)
 				INSERT INTO reprise_step_failed (run_id, execution, position, step, input, idempotency_key, policy,
 					timeout, attempt, seq)
-				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, $2
+				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, $11
 				FROM failed
 				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
 					attempt = excluded.attempt, seq = excluded.seq`,
-				t.id, t.run.lastSeq)
+				append(headArgs(t.run), t.id, t.run.lastSeq)...)
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
 		}
-		a.queue(b)
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
 	})
