@@ -45,9 +45,12 @@ func BenchmarkProcesses(b *testing.B) {
 				for _, p := range started {
 					c.waitReady(p)
 				}
-				c.waitFinished(ctx, b.N, 10*time.Millisecond, 10*time.Minute)
+				c.waitIdle(ctx, 10*time.Millisecond, 10*time.Minute)
 				elapsed := time.Since(start)
 				b.StopTimer()
+				if n := c.finished(ctx); n != b.N {
+					b.Fatalf("%d of %d runs finished", n, b.N)
+				}
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "steps/s")
 				b.ReportMetric(float64(b.N*(fail+1))/elapsed.Seconds(), "attempts/s")
 				if fail > 0 {
