@@ -214,10 +214,13 @@ func (tx *txn) leasedAttempt(taskID, token int64, lapsed bool) (attempt, error) 
 		lease = `t.lease_until <= ?`
 	}
 	var a attempt
+	// The run is read by subquery, not by a join: a join made SQLite
+	// prepare the statement again for every new task id.
 	err := tx.queryRow(`
-		SELECT t.run_id, t.execution, t.position, t.step, t.attempt, r.owner,
+		SELECT t.run_id, t.execution, t.position, t.step, t.attempt,
+			(SELECT owner FROM runs WHERE id = t.run_id),
 			(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = t.run_id)
-		FROM tasks t JOIN runs r ON r.id = t.run_id
+		FROM tasks t
 		WHERE t.id = ? AND t.token = ? AND `+lease, taskID, token, tx.nanos).
 		Scan(&a.runID, &a.execution, &a.position, &a.step, &a.attempt, &a.owner, &a.last)
 	if errors.Is(err, sql.ErrNoRows) {
