@@ -276,13 +276,17 @@ func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 	if p.Owner == "" {
 		return errors.New("renew run leases: owner is required")
 	}
-	// Rows are locked in id order, so that two renewals never deadlock;
-	// one that deadlocks with the end of a parent run is tried again.
+	// Rows are locked in id order, so that two renewals never deadlock.
+	// A renewal that waits for a row lock longer than renewLockTimeout
+	// gives way and is tried again: it may be in a cycle with the end of
+	// a parent run (which locks the parent first) or with a group of
+	// transitions, which would otherwise wait for it (a group for its
+	// lockTimeout, a transition alone for the server's deadlock_timeout).
 	var (
 		tag pgconn.CommandTag
 		err error
 	)
-	for try := 1; try == 1 || (try <= 3 && rolledBack(err)); try++ {
+	for try := 1; try == 1 || (try <= renewTries && (rolledBack(err) || lockTimedOut(err))); try++ {
 		tag, err = s.renew(ctx, p)
 	}
 	if err != nil {
@@ -295,9 +299,33 @@ func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 	return nil
 }
 
-// renew is one try of RunRenew's statement.
+// renewLockTimeout bounds each of a renewal's waits for a row lock, and
+// renewTries how often it is tried.
+const (
+	renewLockTimeout = "50ms"
+	renewTries       = 10
+)
+
+// lockTimedOut reports whether err is a wait for a lock that passed the
+// transaction's lock_timeout.
+func lockTimedOut(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// renew is one try of RunRenew's statement, in a transaction of its own
+// with renewLockTimeout.
 func (s *Store) renew(ctx context.Context, p *reprise.RunRenewParams) (pgconn.CommandTag, error) {
-	return s.pool.Exec(ctx, `
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	defer conn.Release()
+	var tag pgconn.CommandTag
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SELECT set_config('lock_timeout', $1, true)", renewLockTimeout)
+	b.Queue(`
 		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 		held AS (
 			SELECT id AS held_id FROM reprise_run
@@ -308,7 +336,15 @@ func (s *Store) renew(ctx context.Context, p *reprise.RunRenewParams) (pgconn.Co
 			lease_until = CASE WHEN $3::interval > '0' THEN c.now + $3::interval END
 		FROM held, c
 		WHERE r.id = held.held_id`,
-		s.clock(), p.Owner, p.LeaseTTL)
+		s.clock(), p.Owner, p.LeaseTTL).Exec(func(ct pgconn.CommandTag) error {
+		tag = ct
+		return nil
+	})
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return tag, s.abort(ctx, conn, err)
+	}
+	return tag, nil
 }
 
 // A lockedRun is a run's row, read under its lock: what appending to its
