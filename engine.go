@@ -96,11 +96,12 @@ type Engine struct {
 	workCtx  context.Context
 	stopWork context.CancelCauseFunc
 
-	kickc     chan struct{}
-	claimc    chan struct{} // wakes claimRuns
-	runnersWG sync.WaitGroup
-	workWG    sync.WaitGroup
-	decoded   sync.Map // string(policy JSON) → *retry.Policy
+	kickc      chan struct{}
+	claimc     chan struct{} // wakes claimRuns
+	runnersWG  sync.WaitGroup
+	workWG     sync.WaitGroup
+	goroutines *gopool  // runs runners and attempts
+	decoded    sync.Map // string(policy JSON) → *retry.Policy
 
 	// busy counts goroutines doing engine work now, and wake-ups sent but
 	// not yet taken; inStep counts attempts inside step code; act counts
@@ -159,6 +160,7 @@ func New(cfg Config) (*Engine, error) {
 		runners:    make(map[string]*runner),
 		waiters:    make(map[string][]chan *Run),
 		attempts:   make(map[int64]*attempt),
+		goroutines: newGopool(time.Second),
 		perStep:    make(map[string]int),
 		reservedBy: make(map[string]int),
 		kickc:      make(chan struct{}, 1),
@@ -662,7 +664,7 @@ func (e *Engine) startRunner(lease RunLease, fresh bool) {
 func (e *Engine) launch(r *runner, fresh bool) {
 	e.act.Add(1)
 	e.busy.Add(1) // run takes it back
-	go r.run(fresh)
+	e.goroutines.Go(func() { r.run(fresh) })
 }
 
 // runnerDone forgets a runner whose goroutine ends.

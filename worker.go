@@ -251,13 +251,13 @@ func (e *Engine) startAttempt(t *Task) {
 	e.mu.Unlock()
 	e.act.Add(1)
 	e.busy.Add(1)
-	go func() {
+	e.goroutines.Go(func() {
 		defer e.workWG.Done()
 		defer e.busy.Add(-1)
 		for a != nil {
 			a = e.nextAttempt(a, e.runAttempt(a, s))
 		}
-	}()
+	})
 }
 
 // newAttemptLocked registers an attempt of t; e.mu must be held.
