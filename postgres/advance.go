@@ -22,7 +22,8 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
 	}
 	var adv *reprise.Advanced
-	err := s.tx(ctx, func(tx *txn) (err error) {
+	ending := p.Finish != nil && !p.Finish.ContinueAsNew
+	err := s.txOwning(ctx, lockRunRead(s.clock(), p.RunID, ending), func(tx *txn) (err error) {
 		adv, err = s.advance(ctx, tx, p)
 		return err
 	})

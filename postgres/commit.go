@@ -68,6 +68,12 @@ type call struct {
 	fn     func(*txn) error
 	wake   chan error // errLead, then the transition's result
 	leader bool       // leads, or was handed the lead; may no longer leave the queue
+
+	// owns says that fn records every run it locks with txn.own, and
+	// first is its first read, to send ahead (nil: not known). See
+	// ahead.go.
+	owns  bool
+	first *pgx.QueuedQuery
 }
 
 // errLead tells a queued caller that it leads the next group.
@@ -80,8 +86,20 @@ var errLead = errors.New("lead the next group")
 // error and fn never runs. fn may run more than once (see committer), so
 // it must set its results afresh each time.
 func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
-	c := &s.committer
-	cl := &call{ctx: ctx, fn: fn, wake: make(chan error, 1)}
+	return s.run(&call{ctx: ctx, fn: fn})
+}
+
+// txOwning is tx for a transition that records every run it locks with
+// txn.own, and whose first read, if first is not nil, is first: its group
+// may then send that read ahead (see ahead.go).
+func (s *Store) txOwning(ctx context.Context, first *pgx.QueuedQuery, fn func(*txn) error) error {
+	return s.run(&call{ctx: ctx, fn: fn, owns: true, first: first})
+}
+
+// run queues cl for its group, and returns its result.
+func (s *Store) run(cl *call) error {
+	c, ctx := &s.committer, cl.ctx
+	cl.wake = make(chan error, 1)
 	c.mu.Lock()
 	c.queue = append(c.queue, cl)
 	lead := c.leaders < c.writers
@@ -200,18 +218,31 @@ func (s *Store) shared(group []*call, results []error) error {
 		return fmt.Errorf("%w: %w", errNotCommitted, err)
 	}
 	defer conn.Release()
-	c := &conversation{ctx: ctx, conn: conn, queued: []*pgx.QueuedQuery{
+	c := &conversation{ctx: ctx, conn: conn, owners: map[string]*txn{}, queued: []*pgx.QueuedQuery{
 		{SQL: "BEGIN"},
 		{SQL: "SELECT set_config('lock_timeout', $1, true)", Arguments: []any{lockTimeout}},
 	}}
+	ahead, err := c.readAhead(group)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errNotCommitted, s.abort(ctx, conn, err))
+	}
 	var out outbox
+	blind := false // a transition that records no runs has run
 	for i, cl := range group {
 		if cl.ctx.Err() != nil {
 			results[i] = context.Cause(cl.ctx)
 			continue
 		}
 		t := &txn{c: c}
+		if !blind && ahead != nil {
+			t.first = ahead[i]
+		}
 		err := cl.fn(t)
+		if errors.Is(err, errStale) {
+			t = &txn{c: c}
+			err = cl.fn(t)
+		}
+		blind = blind || !cl.owns
 		switch {
 		case err == nil:
 			c.queue(&t.writes)

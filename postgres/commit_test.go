@@ -85,15 +85,17 @@ func TestGroupCommit(t *testing.T) {
 			return err
 		}
 	}
-	// xmins returns the transactions that wrote the signals named name.
-	xmins := func(name string) int {
+	// writers counts the transactions that wrote the events where holds
+	// for, and xmins those that wrote the signals named name.
+	writers := func(where string, args ...any) int {
 		var n int
-		err := connect(t, dsn).QueryRow(ctx, "SELECT count(DISTINCT xmin::text) FROM "+schema+".reprise_event WHERE data->>'step' = $1", name).Scan(&n)
+		err := connect(t, dsn).QueryRow(ctx, "SELECT count(DISTINCT xmin::text) FROM "+schema+".reprise_event WHERE "+where, args...).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return n
 	}
+	xmins := func(name string) int { return writers("data->>'step' = $1", name) }
 
 	got := group(map[string]func() error{
 		"one":   signal("r1", "one"),
@@ -115,11 +117,7 @@ func TestGroupCommit(t *testing.T) {
 			t.Errorf("signal %s written by %d transactions", name, n)
 		}
 	}
-	var shared int
-	if err := connect(t, dsn).QueryRow(ctx, "SELECT count(DISTINCT xmin::text) FROM "+schema+".reprise_event WHERE data->>'step' IN ('one', 'two', 'three')").Scan(&shared); err != nil {
-		t.Fatal(err)
-	}
-	if shared != 1 {
+	if shared := writers("data->>'step' IN ('one', 'two', 'three')"); shared != 1 {
 		t.Errorf("the group's signals were written by %d transactions, want 1", shared)
 	}
 	checkHistory(t, s, "r2", reprise.EventRunStarted, reprise.EventSignalReceived)
@@ -142,6 +140,27 @@ func TestGroupCommit(t *testing.T) {
 	}
 	checkHistory(t, s, "r3", reprise.EventRunStarted, reprise.EventStepScheduled)
 	checkHistory(t, s, "r1", reprise.EventRunStarted, reprise.EventSignalReceived, reprise.EventSignalReceived, reprise.EventSignalReceived)
+
+	// Advances read their runs ahead, all in the group's first round
+	// trip; the second advance of r2 read r2 before the first's writes,
+	// and must read it again after them, in the same transaction.
+	advance := func(run string, pos int) func() error {
+		return func() error {
+			_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: run, Token: tokens[run], Steps: step(pos)})
+			return err
+		}
+	}
+	got = group(map[string]func() error{"six": advance("r2", 6), "seven": advance("r2", 7), "eight": advance("r1", 8)})
+	for name, err := range got {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if n := writers("data->>'type' = 'StepScheduled' AND run_id IN ('r1', 'r2')"); n != 1 {
+		t.Errorf("the group's advances were written by %d transactions, want 1", n)
+	}
+	checkHistory(t, s, "r2", reprise.EventRunStarted, reprise.EventSignalReceived, reprise.EventSignalReceived,
+		reprise.EventStepScheduled, reprise.EventStepScheduled)
 }
 
 // checkHistory checks the types of a run's events.

@@ -143,7 +143,7 @@ func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status rep
 // ChildFailed{Reason: "cancelled"} to its parent if it has an active one.
 func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
 	var run *reprise.Run
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.txOwning(ctx, lockRunRead(s.clock(), p.ID, true), func(tx *txn) error {
 		r, parent, now, err := lockRun(ctx, tx, s.clock(), p.ID, true)
 		if err != nil {
 			return err

@@ -75,8 +75,12 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		lease   reprise.RunLease
 		created bool
 	)
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.txOwning(ctx, nil, func(tx *txn) error {
 		created = false // tx may run this again
+		// The only runs it writes to (ahead.go).
+		if err := tx.own(p.ID, p.ParentID); err != nil {
+			return err
+		}
 		if p.ParentID != "" {
 			// The parent first, as every transaction that locks both
 			// does; ending it then finds this child.
@@ -387,23 +391,8 @@ func (r *lockedRun) active() bool { return !r.status.Final() }
 // of a child (which writes to its parent) and the end of its parent (which
 // cancels the child) wait for each other instead of deadlocking.
 func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
-	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run WHERE id = $2 FOR UPDATE`
-	if withParent {
-		// Two lookups by key, the parent's read (and locked) first; an
-		// array of the two ids may be planned as a scan of the table
-		// (see appender.queue).
-		query = `
-			WITH parent AS (
-				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run
-				WHERE id = (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2)
-				FOR UPDATE),
-			run AS (
-				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run
-				WHERE id = $2
-				FOR UPDATE)
-			SELECT * FROM parent UNION ALL SELECT * FROM run`
-	}
-	rows, err := tx.Query(ctx, query, clock, id)
+	read := lockRunRead(clock, id, withParent)
+	rows, err := tx.Query(ctx, read.SQL, read.Arguments...)
 	if err != nil {
 		return nil, nil, now, err
 	}
@@ -412,16 +401,46 @@ func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool
 		return nil, nil, now, err
 	}
 	for _, r := range locked {
+		if err := tx.own(r.id); err != nil {
+			return nil, nil, now, err
+		}
 		if r.id == id {
 			run = r
 		} else {
 			parent = r
 		}
 	}
+	if tx.ahead && (run == nil || withParent && run.parentID != "" && parent == nil) {
+		return nil, nil, now, errStale // a row another transaction holds, skipped
+	}
 	if run == nil {
 		return nil, nil, now, reprise.ErrNotFound
 	}
 	return run, parent, now.UTC(), nil
+}
+
+// lockRunRead is lockRun's read, which a group may send ahead.
+func lockRunRead(clock any, id string, withParent bool) *pgx.QueuedQuery {
+	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run WHERE id = $2 FOR UPDATE`
+	if withParent {
+		// Two lookups by key, the parent's read (and locked) first; an
+		// array of the two ids may be planned as a scan of the table
+		// (see appender.queue). The run is read only with its parent,
+		// so that a read ahead that skips a locked parent (ahead.go)
+		// does not lock the child out of order.
+		query = `
+			WITH parent AS (
+				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run
+				WHERE id = (SELECT nullif(parent_id, '') FROM reprise_run WHERE id = $2)
+				FOR UPDATE),
+			run AS (
+				SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run
+				WHERE id = $2 AND (parent_id = '' OR EXISTS (SELECT FROM parent)
+					OR NOT EXISTS (SELECT FROM reprise_run p WHERE p.id = reprise_run.parent_id))
+				FOR UPDATE)
+			SELECT * FROM parent UNION ALL SELECT * FROM run`
+	}
+	return &pgx.QueuedQuery{SQL: query, Arguments: []any{clock, id}}
 }
 
 // lockDescendants locks the active runs below root (its children, theirs,
@@ -459,6 +478,9 @@ func lockDescendants(ctx context.Context, tx *txn, root *lockedRun) ([]*lockedRu
 		}
 		level = level[:0]
 		for _, r := range next {
+			if err := tx.own(r.id); err != nil {
+				return nil, err
+			}
 			if !seen[r.id] { // a run made its own ancestor through RunCreate
 				seen[r.id] = true
 				level = append(level, r)

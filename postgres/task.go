@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -69,7 +70,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 		}
 	}
 	var tasks []*reprise.Task
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.txOwning(ctx, nil, func(tx *txn) error {
 		rows, err := tx.Query(ctx, `
 			WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 			picked AS (
@@ -124,6 +125,9 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 			return c, nil
 		})
 		if err != nil {
+			return err
+		}
+		if err := tx.own(slices.Collect(maps.Keys(heads))...); err != nil {
 			return err
 		}
 		// Earliest ready first, as the claim picked them.
@@ -211,7 +215,6 @@ type leasedTask struct {
 // the next attempt's lease needs (input, policy and the rest) into next.
 func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired, full bool) (*leasedTask, error) {
 	t := leasedTask{id: id, run: &runHead{}}
-	var more string
 	dest := []any{&t.run.id, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease,
 		&t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now}
 	var (
@@ -220,25 +223,21 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired,
 	)
 	if full {
 		t.next = &reprise.Task{ID: id}
-		more = `, input, idempotency_key, policy, timeout, first_started_at, base, lapses`
 		dest = append(dest, &input, &t.next.IdempotencyKey, &policy, &t.next.Timeout, &firstStarted,
 			&t.next.Base, &t.next.Lapses)
 	}
-	err := tx.QueryRow(ctx, `
-		WITH r AS (
-			SELECT id AS head_id, last_seq, updated_at, owner AS run_owner FROM reprise_run
-			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
-			FOR UPDATE)
-		SELECT run_id, execution, position, step, attempt, token, owner, lease_until,
-			last_seq, updated_at, run_owner, coalesce($1::timestamptz, statement_timestamp())`+more+`
-		FROM r JOIN reprise_task ON run_id = head_id
-		WHERE id = $2
-		FOR UPDATE OF reprise_task`,
-		clock, id).Scan(dest...)
+	read := lockTaskRead(clock, id, full)
+	err := tx.QueryRow(ctx, read.SQL, read.Arguments...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if tx.ahead { // or locked by another transaction
+			return nil, errStale
+		}
 		return nil, reprise.ErrLeaseLost
 	}
 	if err != nil {
+		return nil, err
+	}
+	if err := tx.own(t.run.id); err != nil {
 		return nil, err
 	}
 	t.now = t.now.UTC()
@@ -254,11 +253,30 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired,
 	return &t, nil
 }
 
+// lockTaskRead is lockTask's read, which a group may send ahead.
+func lockTaskRead(clock any, id int64, full bool) *pgx.QueuedQuery {
+	var more string
+	if full {
+		more = `, input, idempotency_key, policy, timeout, first_started_at, base, lapses`
+	}
+	return &pgx.QueuedQuery{SQL: `
+		WITH r AS (
+			SELECT id AS head_id, last_seq, updated_at, owner AS run_owner FROM reprise_run
+			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
+			FOR UPDATE)
+		SELECT run_id, execution, position, step, attempt, token, owner, lease_until,
+			last_seq, updated_at, run_owner, coalesce($1::timestamptz, statement_timestamp())` + more + `
+		FROM r JOIN reprise_task ON run_id = head_id
+		WHERE id = $2
+		FOR UPDATE OF reprise_task`,
+		Arguments: []any{clock, id}}
+}
+
 // TaskComplete records an attempt's result: appends StepCompleted and
 // removes the task.
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var o *reprise.Outcome
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.txOwning(ctx, lockTaskRead(s.clock(), p.TaskID, false), func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, false, false)
 		if err != nil {
 			return err
@@ -295,7 +313,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 	}
 	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
 	var o *reprise.Outcome
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.txOwning(ctx, lockTaskRead(s.clock(), p.TaskID, leaseNext), func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Expired, leaseNext)
 		if err != nil {
 			return err

@@ -23,6 +23,9 @@ type txn struct {
 	c      *conversation
 	writes pgx.Batch
 	out    outbox
+
+	first *aheadRows // the rows of the first read, read ahead (see ahead.go)
+	ahead bool       // the last read was served from first
 }
 
 // A conversation is one transaction on one connection: the statements
@@ -32,6 +35,7 @@ type conversation struct {
 	ctx    context.Context
 	conn   *pgxpool.Conn
 	queued []*pgx.QueuedQuery
+	owners map[string]*txn // of a shared transaction: each run's first holder (txn.own)
 }
 
 // alone runs fn in a transaction of its own and, when fn returns nil, sends
@@ -112,6 +116,11 @@ func (s *Store) abort(ctx context.Context, conn *pgxpool.Conn, err error) error 
 // it. It runs with the conversation's context: ctx is there to read like
 // pgx.
 func (t *txn) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
+	first := t.first
+	t.first, t.ahead = nil, first != nil && first.sql == sql
+	if t.ahead {
+		return first, nil
+	}
 	c := t.c
 	if len(c.queued) == 0 {
 		return c.conn.Query(c.ctx, sql, args...)
