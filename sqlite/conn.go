@@ -23,15 +23,13 @@ func init() {
 // memory allocated for each argument, a mutex taken for each call, column
 // types asked for each result) cost a third of it. Here a connection is
 // opened without SQLite's mutex (one goroutine uses it at a time: the
-// writer, or a reader holding it from the pool), arguments are copied
-// into one buffer the connection keeps, and prepared statements are kept
-// for the connection's life.
+// writer, or a reader holding it from the pool), a statement's arguments
+// are copied into a buffer the statement keeps, and prepared statements
+// are kept for the connection's life.
 type conn struct {
 	tls   *libc.TLS
 	db    uintptr
 	stmts map[string]*stmt
-	buf   uintptr // C memory that text and blob arguments are copied into
-	size  int     // buf's size
 }
 
 // A stmt is a prepared statement.
@@ -39,7 +37,9 @@ type stmt struct {
 	p    uintptr
 	cols int
 	args int
-	busy bool // its rows are being read
+	busy bool    // its rows are being read
+	buf  uintptr // C memory that text and blob arguments are copied into
+	size int     // buf's size
 }
 
 // openConn opens the database at path and runs each pragma, given as
@@ -71,7 +71,7 @@ func openConn(path string, pragmas ...string) (*conn, error) {
 	}
 	// exec keeps what it prepares; pragmas are run once.
 	for q, st := range c.stmts {
-		sqlite3.Xsqlite3_finalize(c.tls, st.p)
+		c.finalize(st)
 		delete(c.stmts, q)
 	}
 	return c, nil
@@ -79,7 +79,7 @@ func openConn(path string, pragmas ...string) (*conn, error) {
 
 func (c *conn) close() error {
 	for _, st := range c.stmts {
-		sqlite3.Xsqlite3_finalize(c.tls, st.p)
+		c.finalize(st)
 	}
 	c.stmts = nil
 	var err error
@@ -89,12 +89,15 @@ func (c *conn) close() error {
 		}
 		c.db = 0
 	}
-	if c.buf != 0 {
-		libc.Xfree(c.tls, c.buf)
-		c.buf = 0
-	}
 	c.tls.Close()
 	return err
+}
+
+func (c *conn) finalize(st *stmt) {
+	sqlite3.Xsqlite3_finalize(c.tls, st.p)
+	if st.buf != 0 {
+		libc.Xfree(c.tls, st.buf)
+	}
 }
 
 // An sqliteError is a failure SQLite reported: its extended result code
@@ -152,13 +155,13 @@ func (c *conn) release(query string, st *stmt) {
 		sqlite3.Xsqlite3_reset(c.tls, st.p)
 		return
 	}
-	sqlite3.Xsqlite3_finalize(c.tls, st.p)
+	c.finalize(st)
 }
 
 // bind binds args to st's parameters. Text and blobs are copied into the
-// connection's buffer and bound without a copy of SQLite's own: every
-// statement binds all of its parameters before it steps, so a parameter
-// never outlives the call that bound it.
+// statement's buffer and bound without a copy of SQLite's own, which reads
+// them as long as the statement runs: a statement binds all its parameters
+// each time before it steps, and no other statement writes its buffer.
 func (c *conn) bind(st *stmt, args []any) error {
 	if len(args) != st.args {
 		return fmt.Errorf("sqlite: %d arguments for %d parameters", len(args), st.args)
@@ -177,18 +180,18 @@ func (c *conn) bind(st *stmt, args []any) error {
 			return fmt.Errorf("sqlite: argument %d: unsupported type %T", i+1, a)
 		}
 	}
-	if n > c.size {
-		size := max(n, 2*c.size, 4096)
+	if n > st.size {
+		size := max(n, 2*st.size, 256)
 		p := libc.Xmalloc(c.tls, libc.Tsize_t(size))
 		if p == 0 {
 			return fmt.Errorf("sqlite: cannot allocate %d bytes", size)
 		}
-		if c.buf != 0 {
-			libc.Xfree(c.tls, c.buf)
+		if st.buf != 0 {
+			libc.Xfree(c.tls, st.buf)
 		}
-		c.buf, c.size = p, size
+		st.buf, st.size = p, size
 	}
-	buf := unsafe.Slice((*byte)(cptr(c.buf)), c.size)
+	buf := unsafe.Slice((*byte)(cptr(st.buf)), st.size)
 	off := 0
 	for i, a := range args {
 		idx := int32(i + 1)
@@ -208,7 +211,7 @@ func (c *conn) bind(st *stmt, args []any) error {
 			rc = sqlite3.Xsqlite3_bind_int64(c.tls, st.p, idx, b)
 		case string:
 			copy(buf[off:], v)
-			rc = sqlite3.Xsqlite3_bind_text(c.tls, st.p, idx, c.buf+uintptr(off), int32(len(v)), 0)
+			rc = sqlite3.Xsqlite3_bind_text(c.tls, st.p, idx, st.buf+uintptr(off), int32(len(v)), 0)
 			off += len(v)
 		case []byte, json.RawMessage:
 			b := asBytes(v)
@@ -217,7 +220,7 @@ func (c *conn) bind(st *stmt, args []any) error {
 				break
 			}
 			copy(buf[off:], b)
-			rc = sqlite3.Xsqlite3_bind_blob(c.tls, st.p, idx, c.buf+uintptr(off), int32(len(b)), 0)
+			rc = sqlite3.Xsqlite3_bind_blob(c.tls, st.p, idx, st.buf+uintptr(off), int32(len(b)), 0)
 			off += len(b)
 		}
 		if rc != sqlite3.SQLITE_OK {

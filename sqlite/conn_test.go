@@ -114,6 +114,39 @@ func TestConnNestedStatement(t *testing.T) {
 	}
 }
 
+// A statement's text arguments hold while it runs, whatever other
+// statements bind meanwhile: SQLite reads them at every row.
+func TestConnArgumentsOutliveOtherStatements(t *testing.T) {
+	c := testConn(t)
+	ctx := context.Background()
+	if err := c.script(ctx, `CREATE TABLE w (s TEXT); INSERT INTO w VALUES ('apple'), ('banana'), ('cherry'), ('date')`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := c.query(ctx, `SELECT s FROM w WHERE s >= ? ORDER BY rowid`, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var got []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, s)
+		var n int
+		if err := c.queryRow(ctx, `SELECT count(*) FROM w WHERE s >= ?`, strings.Repeat("z", 300)).Scan(&n); err != nil || n != 0 {
+			t.Fatalf("inner count = %d, %v; want 0", n, err)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := "banana cherry date"; strings.Join(got, " ") != want {
+		t.Errorf("rows %q, want %q", got, want)
+	}
+}
+
 // A read whose context ends is interrupted with the context's error, and
 // the connection serves the next statement.
 func TestConnInterrupt(t *testing.T) {
