@@ -157,7 +157,7 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
 	}
-	query += ` ORDER BY created_at DESC, id DESC LIMIT ?`
+	query += ` ORDER BY created_at DESC, id DESC LIMIT +?`
 	args = append(args, cmp.Or(p.Limit, 100))
 
 	var runs []*reprise.Run
@@ -208,7 +208,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 		WHERE id IN (
 			SELECT id FROM runs
 			WHERE status IN ('pending', 'running') AND lease_until <= ? ` + filter + `
-			ORDER BY created_at, id LIMIT ?)
+			ORDER BY created_at, id LIMIT +?)
 		RETURNING id, token`
 	var leases []reprise.RunLease
 	err := s.write(ctx, func(tx *txn) error {

@@ -45,6 +45,10 @@ func scanTask(row scanner, extra ...any) (*reprise.Task, error) {
 // readyTasksSQL returns the query for the oldest ready tasks of n step
 // names, each up to its quota and all up to a total. Its parameters are
 // now, the total, then each step name and quota.
+//
+// The store writes LIMIT +? rather than LIMIT ?: SQLite plans with a bare
+// LIMIT parameter's value, and so prepares the statement again whenever
+// the value changes (TestStatementsPreparedOnce).
 func readyTasksSQL(n int) string {
 	steps := make([]string, n)
 	for i := range steps {
@@ -52,13 +56,13 @@ func readyTasksSQL(n int) string {
 			SELECT * FROM (
 				SELECT id, ready_at FROM tasks
 				WHERE step = ?%d AND lease_until IS NULL AND ready_at <= ?1
-				ORDER BY ready_at, id LIMIT ?%d)`, 3+2*i, 4+2*i)
+				ORDER BY ready_at, id LIMIT +?%d)`, 3+2*i, 4+2*i)
 	}
 	return `
 		SELECT ` + taskColumns + `, (SELECT coalesce(max(seq), 0) FROM events WHERE run_id = tasks.run_id)
 		FROM tasks WHERE id IN (
 			SELECT id FROM (` + strings.Join(steps, " UNION ALL ") + `)
-			ORDER BY ready_at, id LIMIT ?2)
+			ORDER BY ready_at, id LIMIT +?2)
 		ORDER BY ready_at, id`
 }
 
@@ -361,7 +365,7 @@ func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredP
 		rows, err := tx.query(`
 			SELECT `+taskColumns+` FROM tasks
 			WHERE lease_until IS NOT NULL AND lease_until <= ?
-			ORDER BY lease_until, id LIMIT ?`, tx.nanos, cmp.Or(p.Limit, 100))
+			ORDER BY lease_until, id LIMIT +?`, tx.nanos, cmp.Or(p.Limit, 100))
 		if err != nil {
 			return err
 		}

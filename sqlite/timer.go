@@ -19,7 +19,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		outcomes = outcomes[:0]
 		rows, err := tx.query(`
 			DELETE FROM timers WHERE id IN (
-				SELECT id FROM timers WHERE fire_at <= ? ORDER BY fire_at, id LIMIT ?)
+				SELECT id FROM timers WHERE fire_at <= ? ORDER BY fire_at, id LIMIT +?)
 			RETURNING id, run_id, execution, position, fire_at`, tx.nanos, cmp.Or(p.Limit, 100))
 		if err != nil {
 			return err
