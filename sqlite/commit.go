@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -104,13 +103,6 @@ func (c *committer) write() {
 	defer close(c.done)
 	for range c.kick {
 		for {
-			// Let the callers the last batch woke, runnable on this
-			// goroutine's processor, queue their next calls first: with 64
-			// runs at a time batches grow fourfold, and what a batch writes
-			// once whatever its size (BEGIN, COMMIT, the pages its calls
-			// share) is shared by more calls: about a fifth less writer
-			// time per run. With nothing else to run it returns at once.
-			runtime.Gosched()
 			c.mu.Lock()
 			batch, closed := c.queue, c.closed
 			c.queue = nil
