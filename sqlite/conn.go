@@ -111,11 +111,10 @@ func (e *sqliteError) Error() string { return fmt.Sprintf("sqlite: %s (%d)", e.m
 
 // err returns the connection's error for result code rc.
 func (c *conn) err(rc int32) error {
-	msg := libc.GoString(sqlite3.Xsqlite3_errstr(c.tls, rc))
-	if c.db != 0 {
-		msg = libc.GoString(sqlite3.Xsqlite3_errmsg(c.tls, c.db))
+	if c.db == 0 {
+		return &sqliteError{code: rc, msg: libc.GoString(sqlite3.Xsqlite3_errstr(c.tls, rc))}
 	}
-	return &sqliteError{code: rc, msg: msg}
+	return &sqliteError{code: rc, msg: libc.GoString(sqlite3.Xsqlite3_errmsg(c.tls, c.db))}
 }
 
 // prepare returns the prepared statement for query, preparing it once. A

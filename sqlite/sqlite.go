@@ -1,5 +1,5 @@
 // Package sqlite is reprise's embedded Store: one SQLite database file
-// (or ":memory:"), on the pure-Go modernc.org/sqlite driver.
+// (or ":memory:"), on the pure-Go modernc.org/sqlite (its C API, see conn.go).
 //
 // Writes go through one connection and are group-committed: calls that
 // arrive together share one transaction and one fsync, and each caller
@@ -139,7 +139,7 @@ func (s *Store) open(o Options) error {
 		s.readers = newPool(o.ReadConns, s.path, busy, "cache_size(-8000)", "query_only(1)")
 	}
 	// Open has no context to give: the migration runs under one that is
-	// never cancelled, like the driver's own setup statements.
+	// never cancelled.
 	if err := s.migrate(context.Background()); err != nil {
 		return err
 	}
