@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -79,16 +80,24 @@ func (c *conversation) readAhead(group []*call) ([]*aheadRows, error) {
 }
 
 // skipLocked turns the row locks of a read into ones that skip the rows
-// other transactions hold.
+// other transactions hold. The reads are a few fixed texts: each is
+// rewritten once, not once per transition.
 func skipLocked(sql string) string {
-	return forUpdate.ReplaceAllString(sql, "$0 SKIP LOCKED")
+	if v, ok := skipLockedSQL.Load(sql); ok {
+		return v.(string)
+	}
+	v := forUpdate.ReplaceAllString(sql, "$0 SKIP LOCKED")
+	skipLockedSQL.Store(sql, v)
+	return v
 }
 
-var forUpdate = regexp.MustCompile(`FOR UPDATE( OF \w+)?`)
+var (
+	forUpdate     = regexp.MustCompile(`FOR UPDATE( OF \w+)?`)
+	skipLockedSQL sync.Map // a read's text → its text with SKIP LOCKED
+)
 
 // copyRows reads rows to the end into an aheadRows.
 func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string) (*aheadRows, error) {
-	defer rows.Close()
 	// The connection reuses its field descriptions for the next result.
 	r := &aheadRows{sql: sql, typeMap: typeMap, fields: slices.Clone(rows.FieldDescriptions())}
 	for rows.Next() {
