@@ -23,7 +23,12 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 	}
 	var adv *reprise.Advanced
 	ending := p.Finish != nil && !p.Finish.ContinueAsNew
-	err := s.txOwning(ctx, lockRunRead(s.clock(), p.RunID, ending), func(tx *txn) (err error) {
+	// The run's lock, then the handed results' tasks (completeAll).
+	reads := []*aheadRead{lockRunRead(s.clock(), p.RunID, ending)}
+	for _, c := range p.Completed {
+		reads = append(reads, completedRead(c.TaskID, p.RunID))
+	}
+	err := s.txOwning(ctx, reads, func(tx *txn) (err error) {
 		adv, err = s.advance(ctx, tx, p)
 		return err
 	})
@@ -95,7 +100,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 		if run.owner != "" {
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner})
 		}
-		a.queueWith(b, []*runHead{run.runHead}, final, args...)
+		markMergeable(a.queueWith(b, []*runHead{run.runHead}, final, args...))
 	}
 	adv.Events = a.eventsOf(run.runHead)
 	return adv, nil
@@ -114,11 +119,12 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 			token                        int64
 			lease                        *time.Time
 		)
-		err := tx.QueryRow(ctx, `
-			SELECT execution, position, step, attempt, token, owner, lease_until FROM reprise_task
-			WHERE id = $1 AND run_id = $2
-			FOR UPDATE`, c.TaskID, run.id).Scan(&execution, &position, &step, &attempt, &token, &owner, &lease)
+		read := completedRead(c.TaskID, run.id)
+		err := tx.QueryRow(ctx, read.sql, read.args...).Scan(&execution, &position, &step, &attempt, &token, &owner, &lease)
 		if errors.Is(err, pgx.ErrNoRows) {
+			if tx.ahead { // or locked by another transaction
+				return errStale
+			}
 			return reprise.ErrLeaseLost
 		}
 		if err != nil {
@@ -139,6 +145,16 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 		}
 	}
 	return nil
+}
+
+// completedRead is completeAll's read of a handed result's task, which a
+// group may send ahead.
+func completedRead(taskID int64, runID string) *aheadRead {
+	return &aheadRead{sql: `
+		SELECT execution, position, step, attempt, token, owner, lease_until FROM reprise_task
+		WHERE id = $1 AND run_id = $2
+		FOR UPDATE`,
+		args: []any{taskID, runID}, types: []string{"bigint", "text"}}
 }
 
 // checkAdvance validates p before any transaction.
@@ -381,37 +397,47 @@ func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
 // insert of the tasks and the update that marks run h running, with its
 // head, and has_children when the advance created child runs. A leased
 // task starts its first attempt, as a claim would, and its id is set in
-// leased (matched by position).
+// leased (matched by run and position). The statement's parameters are
+// arrays, and its rows say their run: the advances of several runs go as
+// one statement (merge.go).
 func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children bool, leased []*reprise.Task) {
-	args := []any{h.id, children, h.lastSeq, h.updatedAt}
-	const running = `UPDATE reprise_run SET status = 'running', has_children = has_children OR $8, last_seq = $9,
-		updated_at = $10 WHERE id = $7`
+	args := []any{[]string{h.id}, []bool{children}, []int64{h.lastSeq}, []time.Time{h.updatedAt}}
+	const running = `UPDATE reprise_run r SET status = 'running', has_children = r.has_children OR u.children,
+		last_seq = u.last_seq, updated_at = u.updated_at
+		FROM unnest($7::text[], $8::bool[], $9::bigint[], $10::timestamptz[]) AS u(id, children, last_seq, updated_at)
+		WHERE r.id = u.id`
 	if len(r.pos) == 0 {
-		a.queueWith(b, []*runHead{h}, running, args...)
+		markMergeable(a.queueWith(b, []*runHead{h}, running, args...))
 		return
+	}
+	n := len(r.pos)
+	runs, executions, nows := make([]string, n), make([]int32, n), make([]time.Time, n)
+	for i := range n {
+		runs[i], executions[i], nows[i] = h.id, int32(h.execution), a.now
 	}
 	qq := a.queueWith(b, []*runHead{h}, `,
 		tasks AS (
 			INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
 				owner, lease_until, attempt, token, started_at, first_started_at, ready_at, created_at)
-			SELECT $7, $11, position, step, input::json, key, policy::json, timeout,
+			SELECT run_id, execution, position, step, input::json, key, policy::json, timeout,
 				owner, lease_until, CASE WHEN owner = '' THEN 0 ELSE 1 END, CASE WHEN owner = '' THEN 0 ELSE 1 END,
-				CASE WHEN owner = '' THEN NULL ELSE $12::timestamptz END,
-				CASE WHEN owner = '' THEN NULL ELSE $12::timestamptz END, $12, $12
-			FROM unnest($13::int[], $14::text[], $15::text[], $16::text[], $17::text[], $18::interval[], $19::text[],
-				$20::timestamptz[]) AS t(position, step, input, key, policy, timeout, owner, lease_until)
-			RETURNING id, position),
+				CASE WHEN owner = '' THEN NULL ELSE now END, CASE WHEN owner = '' THEN NULL ELSE now END, now, now
+			FROM unnest($11::text[], $12::int[], $13::timestamptz[], $14::int[], $15::text[], $16::text[], $17::text[],
+				$18::text[], $19::interval[], $20::text[], $21::timestamptz[])
+				AS t(run_id, execution, now, position, step, input, key, policy, timeout, owner, lease_until)
+			RETURNING run_id, id, position),
 		run AS (`+running+`)
-		SELECT id, position FROM tasks`,
-		append(args, h.execution, a.now, r.pos, r.step, r.input, r.key, r.policy, r.timeout, r.owner, r.leaseUntil)...)
+		SELECT run_id, id, position FROM tasks`,
+		append(args, runs, executions, nows, r.pos, r.step, r.input, r.key, r.policy, r.timeout, r.owner, r.leaseUntil)...)
 	qq.Query(func(rows pgx.Rows) error {
 		var (
+			run string
 			id  int64
 			pos int
 		)
-		_, err := pgx.ForEachRow(rows, []any{&id, &pos}, func() error {
+		_, err := pgx.ForEachRow(rows, []any{&run, &id, &pos}, func() error {
 			for _, t := range leased {
-				if t.Position == pos {
+				if run == h.id && t.Position == pos {
 					t.ID = id
 				}
 			}
@@ -419,6 +445,7 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 		})
 		return err
 	})
+	markMergeable(qq)
 }
 
 // timerRows are the timers an advance inserts, as columns.

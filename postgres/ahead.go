@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -39,23 +40,61 @@ import (
 // before it in its group holds: what it read may predate their writes.
 var errStale = errors.New("read ahead of a transition that holds the same run")
 
-// readAhead sends BEGIN and what else is queued, with the first reads of
-// the group's calls that declared one (and whose context is alive), and
-// returns each read's rows, copied, by call.
-func (c *conversation) readAhead(group []*call) ([]*aheadRows, error) {
-	b := &pgx.Batch{QueuedQueries: c.queued}
-	c.queued = nil
-	n := len(b.QueuedQueries)
-	var reads []int
+// An aheadRead is a read that a transition declares to its group, to be
+// sent ahead: its text, its arguments, and their SQL types, for the
+// statement that reads the same for several transitions at once.
+type aheadRead struct {
+	sql   string
+	args  []any
+	types []string
+}
+
+// readAhead sends BEGIN and what else is queued, with the reads that the
+// group's calls declared (those whose context is alive), and returns each
+// read's rows, copied, by call and read.
+//
+// The reads of the same text go in one statement (merged), whatever their
+// number: each statement costs the server more to start than these
+// lookups by key cost to run.
+func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
+	type ref struct{ call, read int }
+	var (
+		texts []string             // in the order first declared
+		refs  = map[string][]ref{} // by text
+	)
 	for i, cl := range group {
-		if cl.first != nil && cl.ctx.Err() == nil {
-			b.Queue(skipLocked(cl.first.SQL), cl.first.Arguments...)
-			reads = append(reads, i)
+		if cl.ctx.Err() != nil {
+			continue
+		}
+		for j, r := range cl.first {
+			if refs[r.sql] == nil {
+				texts = append(texts, r.sql)
+			}
+			refs[r.sql] = append(refs[r.sql], ref{i, j})
 		}
 	}
-	if len(reads) == 0 {
-		c.queued = b.QueuedQueries // to go with the first read
+	if len(texts) == 0 {
 		return nil, nil
+	}
+	b := &pgx.Batch{QueuedQueries: c.flush()}
+	n := len(b.QueuedQueries)
+	for _, text := range texts {
+		rs := refs[text]
+		first := group[rs[0].call].first[rs[0].read]
+		if len(rs) == 1 {
+			b.Queue(skipLocked(text), first.args...)
+			continue
+		}
+		args := make([]any, len(first.types))
+		for k := range args {
+			col := make([]any, len(rs))
+			for m, r := range rs {
+				col[m] = group[r.call].first[r.read].args[k]
+			}
+			args[k] = col
+		}
+		b.Queue(merged(text, first.types), args...)
+		c.count(1)
 	}
 	br := c.conn.SendBatch(c.ctx, b)
 	for _, qq := range b.QueuedQueries[:n] {
@@ -64,12 +103,21 @@ func (c *conversation) readAhead(group []*call) ([]*aheadRows, error) {
 			return nil, fmt.Errorf("queued statements: %w", err)
 		}
 	}
-	ahead := make([]*aheadRows, len(group))
+	ahead := make([][]*aheadRows, len(group))
+	for i, cl := range group {
+		ahead[i] = make([]*aheadRows, len(cl.first))
+	}
 	typeMap := c.conn.Conn().TypeMap()
-	for _, i := range reads {
+	for _, text := range texts {
+		rs := refs[text]
 		rows, err := br.Query()
 		if err == nil {
-			ahead[i], err = copyRows(rows, typeMap, group[i].first.SQL)
+			var got []*aheadRows
+			if got, err = copyRows(rows, typeMap, text, len(rs) > 1, len(rs)); err == nil {
+				for m, r := range rs {
+					ahead[r.call][r.read] = got[m]
+				}
+			}
 		}
 		if err != nil {
 			br.Close()
@@ -78,6 +126,38 @@ func (c *conversation) readAhead(group []*call) ([]*aheadRows, error) {
 	}
 	return ahead, br.Close()
 }
+
+// merged returns the statement that runs read text (with SKIP LOCKED) for
+// each row of its parameters, given as arrays of the types, and returns
+// the rows of each run, in order, after its number from 1.
+//
+// Each run is a lateral subquery that locks rows: one that locks cannot be
+// flattened into a join, so every run is a lookup by key, whatever the
+// plan cached for the statement (see appender.queue).
+func merged(text string, types []string) string {
+	key := mergedKey{text, strings.Join(types, ",")}
+	if v, ok := mergedSQL.Load(key); ok {
+		return v.(string)
+	}
+	arrays := make([]string, len(types))
+	cols := make([]string, len(types))
+	for k, typ := range types {
+		arrays[k] = fmt.Sprintf("$%d::%s[]", k+1, typ)
+		cols[k] = fmt.Sprintf("p%d", k+1)
+	}
+	body := param.ReplaceAllString(skipLocked(text), "q.p$1")
+	v := `SELECT q.i, x.* FROM unnest(` + strings.Join(arrays, ", ") + `) WITH ORDINALITY AS q(` +
+		strings.Join(cols, ", ") + `, i) CROSS JOIN LATERAL (` + body + `) x`
+	mergedSQL.Store(key, v)
+	return v
+}
+
+type mergedKey struct{ text, types string }
+
+var (
+	param     = regexp.MustCompile(`\$(\d+)\b`)
+	mergedSQL sync.Map // mergedKey → statement
+)
 
 // skipLocked turns the row locks of a read into ones that skip the rows
 // other transactions hold. The reads are a few fixed texts: each is
@@ -96,12 +176,34 @@ var (
 	skipLockedSQL sync.Map // a read's text → its text with SKIP LOCKED
 )
 
-// copyRows reads rows to the end into an aheadRows.
-func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string) (*aheadRows, error) {
+// copyRows reads rows to the end into n aheadRows. With byRun, the rows
+// are a merged read's: each opens with the number of its run, from 1,
+// which is left out.
+func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string, byRun bool, n int) ([]*aheadRows, error) {
 	// The connection reuses its field descriptions for the next result.
-	r := &aheadRows{sql: sql, typeMap: typeMap, fields: slices.Clone(rows.FieldDescriptions())}
+	fields := slices.Clone(rows.FieldDescriptions())
+	if byRun {
+		fields = fields[1:]
+	}
+	out := make([]*aheadRows, n)
+	for i := range out {
+		out[i] = &aheadRows{sql: sql, typeMap: typeMap, fields: fields}
+	}
 	for rows.Next() {
 		raw := rows.RawValues()
+		r := out[0]
+		if byRun {
+			var i int64
+			if err := rows.Scan(append([]any{&i}, make([]any, len(raw)-1)...)...); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			if i < 1 || int(i) > n {
+				rows.Close()
+				return nil, fmt.Errorf("merged read: row of run %d of %d", i, n)
+			}
+			r, raw = out[i-1], raw[1:]
+		}
 		row := make([][]byte, len(raw))
 		for j, v := range raw {
 			if v != nil {
@@ -111,8 +213,10 @@ func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string) (*aheadRows, error
 		r.rows = append(r.rows, row)
 	}
 	rows.Close()
-	r.tag = rows.CommandTag()
-	return r, rows.Err()
+	for _, r := range out {
+		r.tag = rows.CommandTag()
+	}
+	return out, rows.Err()
 }
 
 // own records that the transition holds the locks of the runs ids. If its

@@ -70,10 +70,10 @@ type call struct {
 	leader bool       // leads, or was handed the lead; may no longer leave the queue
 
 	// owns says that fn records every run it locks with txn.own, and
-	// first is its first read, to send ahead (nil: not known). See
-	// ahead.go.
+	// first are its first reads, in order, to send ahead (none: not
+	// known). See ahead.go.
 	owns  bool
-	first *pgx.QueuedQuery
+	first []*aheadRead
 }
 
 // errLead tells a queued caller that it leads the next group.
@@ -90,9 +90,9 @@ func (s *Store) tx(ctx context.Context, fn func(*txn) error) error {
 }
 
 // txOwning is tx for a transition that records every run it locks with
-// txn.own, and whose first read, if first is not nil, is first: its group
-// may then send that read ahead (see ahead.go).
-func (s *Store) txOwning(ctx context.Context, first *pgx.QueuedQuery, fn func(*txn) error) error {
+// txn.own, and whose first reads, if any, are first: its group may then
+// send those reads ahead (see ahead.go).
+func (s *Store) txOwning(ctx context.Context, first []*aheadRead, fn func(*txn) error) error {
 	return s.run(&call{ctx: ctx, fn: fn, owns: true, first: first})
 }
 
@@ -218,7 +218,7 @@ func (s *Store) shared(group []*call, results []error) error {
 		return fmt.Errorf("%w: %w", errNotCommitted, err)
 	}
 	defer conn.Release()
-	c := &conversation{ctx: ctx, conn: conn, owners: map[string]*txn{}, queued: []*pgx.QueuedQuery{
+	c := &conversation{ctx: ctx, conn: conn, owners: map[string]*txn{}, merged: &s.merged, queued: []*pgx.QueuedQuery{
 		{SQL: "BEGIN"},
 		{SQL: "SELECT set_config('lock_timeout', $1, true)", Arguments: []any{lockTimeout}},
 	}}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -37,47 +38,9 @@ func TestGroupCommit(t *testing.T) {
 	}
 	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r3", Token: tokens["r3"], Steps: step(1)}))
 
-	type result struct {
-		name string
-		err  error
-	}
-	// group runs the transitions as one group: the single writer is busy
-	// with a signal to r0 until the test's own transaction, which holds
-	// r0's row, ends.
 	group := func(calls map[string]func() error) map[string]error {
 		t.Helper()
-		conn := connect(t, dsn)
-		if _, err := conn.Exec(ctx, "BEGIN; SELECT 1 FROM "+schema+".reprise_run WHERE id = 'r0' FOR UPDATE"); err != nil {
-			t.Fatal(err)
-		}
-		results := make(chan result, len(calls)+1)
-		var wg sync.WaitGroup
-		wg.Go(func() {
-			_, err := s.SignalSend(ctx, &reprise.SignalSendParams{RunID: "r0", Name: "blocked"})
-			results <- result{"blocked", err}
-		})
-		waitFor(t, func() bool {
-			var n int
-			err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", conn.PgConn().PID()).Scan(&n)
-			return err == nil && n == 1
-		})
-		for name, call := range calls {
-			wg.Go(func() { results <- result{name, call()} })
-		}
-		waitFor(t, func() bool { return postgres.QueuedTransitions(s) == len(calls) })
-		if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
-			t.Fatal(err)
-		}
-		wg.Wait()
-		close(results)
-		got := map[string]error{}
-		for r := range results {
-			got[r.name] = r.err
-		}
-		if got["blocked"] != nil {
-			t.Fatalf("the signal that kept the writer busy: %v", got["blocked"])
-		}
-		return got
+		return inGroup(t, s, dsn, schema, calls)
 	}
 	signal := func(run, name string) func() error {
 		return func() error {
@@ -163,6 +126,50 @@ func TestGroupCommit(t *testing.T) {
 		reprise.EventStepScheduled, reprise.EventStepScheduled)
 }
 
+// inGroup runs the calls' transitions as one group on s, which has one
+// writer: the writer is busy with a signal to run r0 (which must exist)
+// until the test's own transaction, which holds r0's row, ends.
+func inGroup(t *testing.T, s *postgres.Store, dsn, schema string, calls map[string]func() error) map[string]error {
+	t.Helper()
+	ctx := t.Context()
+	type result struct {
+		name string
+		err  error
+	}
+	conn := connect(t, dsn)
+	if _, err := conn.Exec(ctx, "BEGIN; SELECT 1 FROM "+schema+".reprise_run WHERE id = 'r0' FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	results := make(chan result, len(calls)+1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, err := s.SignalSend(ctx, &reprise.SignalSendParams{RunID: "r0", Name: "blocked"})
+		results <- result{"blocked", err}
+	})
+	waitFor(t, func() bool {
+		var n int
+		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", conn.PgConn().PID()).Scan(&n)
+		return err == nil && n == 1
+	})
+	for name, call := range calls {
+		wg.Go(func() { results <- result{name, call()} })
+	}
+	waitFor(t, func() bool { return postgres.QueuedTransitions(s) == len(calls) })
+	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(results)
+	got := map[string]error{}
+	for r := range results {
+		got[r.name] = r.err
+	}
+	if got["blocked"] != nil {
+		t.Fatalf("the signal that kept the writer busy: %v", got["blocked"])
+	}
+	return got
+}
+
 // checkHistory checks the types of a run's events.
 func checkHistory(t *testing.T, s *postgres.Store, id string, want ...reprise.EventType) {
 	t.Helper()
@@ -192,4 +199,204 @@ func waitFor(t *testing.T, cond func() bool) {
 		case <-tick.C:
 		}
 	}
+}
+
+// TestMergedTransitions runs transitions of the same kinds as one group,
+// whose reads ahead and writes go as one statement per kind: one failure
+// with a stale token among retries at once is refused and changes nothing,
+// while the others are recorded, each as it would be alone; then the ends
+// of runs (advances with handed results, a cancel) are merged alike.
+func TestMergedTransitions(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	s := openOn(t, dsn, &postgres.Options{Schema: schema, Writers: 1})
+	ctx := t.Context()
+	runs := []string{"r1", "r2", "r3", "r4", "r5"}
+	tokens := map[string]int64{}
+	tasks := map[string]*reprise.Task{}
+	for _, id := range append([]string{"r0"}, runs...) {
+		lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tokens[id] = lease.Token
+		if id == "r0" {
+			continue
+		}
+		adv := must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+			RunID: id, Token: lease.Token, LeaseOwner: "w1", LeaseTTL: time.Hour,
+			Steps: []reprise.StepSpec{{Position: 1, Name: "s", Input: json.RawMessage(`"in"`), IdempotencyKey: id + "/1",
+				PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`), Lease: true}},
+		}))
+		tasks[id] = adv.Tasks[0]
+	}
+	before := postgres.Merged(s)
+
+	nexts := map[string]*reprise.Task{}
+	var mu sync.Mutex
+	fail := func(run string, token int64) func() error {
+		return func() error {
+			o, err := s.TaskFail(ctx, &reprise.TaskFailParams{
+				TaskID: tasks[run].ID, Token: token, Error: reprise.ErrorInfo{Type: "E", Message: run},
+				Retry: true, LeaseNext: true, LeaseOwner: "w2", LeaseTTL: time.Hour,
+			})
+			if err == nil {
+				mu.Lock()
+				nexts[run] = o.Next
+				mu.Unlock()
+			}
+			return err
+		}
+	}
+	got := inGroup(t, s, dsn, schema, map[string]func() error{
+		"r1": fail("r1", tasks["r1"].Token),
+		"r2": fail("r2", tasks["r2"].Token),
+		"r3": fail("r3", tasks["r3"].Token+1), // stale
+		"r4": fail("r4", tasks["r4"].Token),
+		"r5": func() error {
+			_, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks["r5"].ID, Token: tasks["r5"].Token, Output: json.RawMessage(`5`)})
+			return err
+		},
+	})
+	for _, run := range runs {
+		if want := run != "r3"; (got[run] == nil) != want {
+			t.Errorf("%s: %v, want success %v", run, got[run], want)
+		}
+	}
+	if !errors.Is(got["r3"], reprise.ErrLeaseLost) {
+		t.Errorf("r3 with a stale token: %v, want ErrLeaseLost", got["r3"])
+	}
+	if n := postgres.Merged(s) - before; n < 2 {
+		t.Errorf("%d merged statements, want at least 2 (the failures' reads and writes)", n)
+	}
+	for _, run := range []string{"r1", "r2", "r4"} {
+		checkHistory(t, s, run, reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted,
+			reprise.EventAttemptFailed, reprise.EventAttemptStarted)
+		n := nexts[run]
+		if n == nil || n.Attempt != 2 || n.Token != tasks[run].Token+1 || string(n.Input) != `"in"` || n.IdempotencyKey != run+"/1" {
+			t.Errorf("%s: next attempt %+v", run, n)
+			continue
+		}
+		if stored := must[*reprise.Task](t)(s.TaskGet(ctx, n.ID)); !reflect.DeepEqual(stored, n) {
+			t.Errorf("%s: stored task %+v, want %+v", run, stored, n)
+		}
+	}
+	checkHistory(t, s, "r3", reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted)
+	if stored := must[*reprise.Task](t)(s.TaskGet(ctx, tasks["r3"].ID)); !reflect.DeepEqual(stored, tasks["r3"]) {
+		t.Errorf("r3: task after the refused failure %+v, want %+v", stored, tasks["r3"])
+	}
+	checkHistory(t, s, "r5", reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted,
+		reprise.EventStepCompleted)
+	if _, err := s.TaskGet(ctx, tasks["r5"].ID); !errors.Is(err, reprise.ErrNotFound) {
+		t.Errorf("r5: completed task: %v, want ErrNotFound", err)
+	}
+	if n := writersOf(t, dsn, schema, "type IN ('AttemptFailed', 'StepCompleted')"); n != 1 {
+		t.Errorf("the group's outcomes were written by %d transactions, want 1", n)
+	}
+
+	// The ends: r1 and r2 complete with their handed results, r3 with a
+	// stale one (refused), r4 is cancelled.
+	before = postgres.Merged(s)
+	finish := func(run string, token int64) func() error {
+		return func() error {
+			_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+				RunID: run, Token: tokens[run],
+				Completed: []reprise.TaskCompleteParams{{TaskID: tasks[run].ID, Token: token, Output: json.RawMessage(`2`)}},
+				Finish:    &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`"done"`)},
+			})
+			return err
+		}
+	}
+	got = inGroup(t, s, dsn, schema, map[string]func() error{
+		"r1": finish("r1", nexts["r1"].Token),
+		"r2": finish("r2", nexts["r2"].Token),
+		"r3": finish("r3", tasks["r3"].Token+1),
+		"r4": func() error {
+			_, err := s.RunCancel(ctx, &reprise.RunCancelParams{ID: "r4", Reason: "test"})
+			return err
+		},
+	})
+	if got["r1"] != nil || got["r2"] != nil || got["r4"] != nil || !errors.Is(got["r3"], reprise.ErrLeaseLost) {
+		t.Errorf("ends: %v", got)
+	}
+	if n := postgres.Merged(s) - before; n < 2 {
+		t.Errorf("%d merged statements, want at least 2 (the ends' reads and writes)", n)
+	}
+	for run, want := range map[string]reprise.RunStatus{"r1": reprise.RunCompleted, "r2": reprise.RunCompleted, "r3": reprise.RunRunning, "r4": reprise.RunCancelled} {
+		r := must[*reprise.Run](t)(s.RunGet(ctx, run))
+		if r.Status != want {
+			t.Errorf("%s: %s, want %s", run, r.Status, want)
+		}
+		if want == reprise.RunCompleted && string(r.Output) != `"done"` {
+			t.Errorf("%s: output %s", run, r.Output)
+		}
+	}
+	for _, run := range []string{"r1", "r2"} {
+		checkHistory(t, s, run, reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted,
+			reprise.EventAttemptFailed, reprise.EventAttemptStarted, reprise.EventStepCompleted, reprise.EventRunCompleted)
+		if _, err := s.TaskGet(ctx, nexts[run].ID); !errors.Is(err, reprise.ErrNotFound) {
+			t.Errorf("%s: task of an ended run: %v, want ErrNotFound", run, err)
+		}
+	}
+	if _, err := s.TaskGet(ctx, tasks["r4"].ID); !errors.Is(err, reprise.ErrNotFound) {
+		t.Errorf("r4: task of a cancelled run: %v, want ErrNotFound", err)
+	}
+	if stored := must[*reprise.Task](t)(s.TaskGet(ctx, tasks["r3"].ID)); !reflect.DeepEqual(stored, tasks["r3"]) {
+		t.Errorf("r3: task after the refused end %+v, want %+v", stored, tasks["r3"])
+	}
+
+	// First advances that lease their steps at once: one statement, whose
+	// rows each advance reads its own tasks' ids from.
+	before = postgres.Merged(s)
+	calls := map[string]func() error{}
+	leased := map[string][]*reprise.Task{}
+	for _, run := range []string{"r6", "r7", "r8"} {
+		lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: run, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		calls[run] = func() error {
+			var steps []reprise.StepSpec
+			for pos := range 2 {
+				steps = append(steps, reprise.StepSpec{Position: pos + 1, Name: "s", IdempotencyKey: fmt.Sprint(run, "/", pos+1),
+					PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`), Lease: true})
+			}
+			adv, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: run, Token: lease.Token, LeaseOwner: "w1", LeaseTTL: time.Hour, Steps: steps})
+			if err == nil {
+				mu.Lock()
+				leased[run] = adv.Tasks
+				mu.Unlock()
+			}
+			return err
+		}
+	}
+	got = inGroup(t, s, dsn, schema, calls)
+	if n := postgres.Merged(s) - before; n < 2 {
+		t.Errorf("%d merged statements, want at least 2 (the advances' reads and writes)", n)
+	}
+	seen := map[int64]bool{}
+	for run := range calls {
+		if err := got[run]; err != nil || len(leased[run]) != 2 {
+			t.Errorf("%s: %v, %d tasks leased", run, err, len(leased[run]))
+			continue
+		}
+		for _, task := range leased[run] {
+			stored, err := s.TaskGet(ctx, task.ID)
+			if err != nil || seen[task.ID] || stored.RunID != run || stored.Position != task.Position || stored.Token != 1 {
+				t.Errorf("%s: leased task %+v, stored as %+v (%v)", run, task, stored, err)
+			}
+			seen[task.ID] = true
+		}
+	}
+}
+
+// writersOf counts the transactions that wrote the events where holds for.
+func writersOf(t *testing.T, dsn, schema, where string) int {
+	t.Helper()
+	var n int
+	err := connect(t, dsn).QueryRow(t.Context(), "SELECT count(DISTINCT xmin::text) FROM "+schema+".reprise_event WHERE "+where).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -30,21 +31,33 @@ func finish(a *appender, run *lockedRun, f *reprise.RunFinish) (string, []any, e
 // the final statement of appender.queueWith, which advances the run's
 // head: it removes the run's tasks and timers, so that results of running
 // attempts are rejected. A failed run keeps its failed steps, for
-// RunRedrive.
+// RunRedrive. Its parameters are arrays, so that the ends of several runs
+// go as one statement (merge.go); the statement is marked mergeable by
+// the caller, once queued.
 func end(run *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) (string, []any, error) {
 	encErr, err := encodeError(errInfo)
 	if err != nil {
 		return "", nil, err
 	}
+	var errText *string
+	if encErr != nil {
+		s := encErr.(string)
+		errText = &s
+	}
 	run.status = status
 	return `,
-		tasks AS (DELETE FROM reprise_task WHERE run_id = $7),
-		failed AS (DELETE FROM reprise_step_failed WHERE $8 AND run_id = $7),
-		timers AS (DELETE FROM reprise_timer WHERE run_id = $7)
-		UPDATE reprise_run SET status = $9, output = $10::json, error = $11::json, owner = '', lease_until = NULL,
-			last_seq = $12, updated_at = $13
-		WHERE id = $7`,
-		[]any{run.id, status != reprise.RunFailed, string(status), nullJSON(output), encErr, run.lastSeq, run.updatedAt}, nil
+		ended AS MATERIALIZED (
+			SELECT * FROM unnest($7::text[], $8::bool[], $9::text[], $10::text[], $11::text[], $12::bigint[],
+				$13::timestamptz[]) AS e(id, drop_failed, status, output, error, last_seq, updated_at)),
+		tasks AS (DELETE FROM reprise_task t USING ended WHERE t.run_id = ended.id),
+		failed AS (DELETE FROM reprise_step_failed f USING ended WHERE ended.drop_failed AND f.run_id = ended.id),
+		timers AS (DELETE FROM reprise_timer m USING ended WHERE m.run_id = ended.id)
+		UPDATE reprise_run r SET status = ended.status, output = ended.output::json, error = ended.error::json,
+			owner = '', lease_until = NULL, last_seq = ended.last_seq, updated_at = ended.updated_at
+		FROM ended
+		WHERE r.id = ended.id`,
+		[]any{[]string{run.id}, []bool{status != reprise.RunFailed}, []string{string(status)}, []*string{jsonText(output)},
+			[]*string{errText}, []int64{run.lastSeq}, []time.Time{run.updatedAt}}, nil
 }
 
 // drop queues the removal of the runs' tasks and timers, and of their
@@ -143,7 +156,7 @@ func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status rep
 // ChildFailed{Reason: "cancelled"} to its parent if it has an active one.
 func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
 	var run *reprise.Run
-	err := s.txOwning(ctx, lockRunRead(s.clock(), p.ID, true), func(tx *txn) error {
+	err := s.txOwning(ctx, []*aheadRead{lockRunRead(s.clock(), p.ID, true)}, func(tx *txn) error {
 		r, parent, now, err := lockRun(ctx, tx, s.clock(), p.ID, true)
 		if err != nil {
 			return err
@@ -170,7 +183,7 @@ func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*rep
 		if _, err := reportToParent(a, &tx.out, r, parent, reprise.RunCancelled, nil, nil); err != nil {
 			return err
 		}
-		a.queueWith(b, []*runHead{r.runHead}, final, args...)
+		markMergeable(a.queueWith(b, []*runHead{r.runHead}, final, args...))
 		if r.owner != "" {
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner})
 		}

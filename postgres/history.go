@@ -163,7 +163,7 @@ func (a *appender) queueEvents(b *pgx.Batch) {
 	if len(a.events) == 0 {
 		return
 	}
-	b.Queue(insertEvents, a.runID, a.seq, a.typ, a.execution, a.at, a.data)
+	markMergeable(b.Queue(insertEvents, a.runID, a.seq, a.typ, a.execution, a.at, a.data))
 }
 
 // queueWith adds to b one statement that stores the events and runs final,
@@ -184,13 +184,19 @@ func (a *appender) queueWith(b *pgx.Batch, updated []*runHead, final string, arg
 	return qq
 }
 
-// advanceHead opens the final statement of appender.queueWith with the
-// update of one run's head, whose parameters (headArgs) are $7 to $9; the
-// rest of the statement's are numbered from $10.
-const advanceHead = `, head AS (UPDATE reprise_run SET last_seq = $8, updated_at = $9 WHERE id = $7)`
+// advanceHeads opens the final statement of appender.queueWith with the
+// update of runs' heads, whose parameters (headsArgs, arrays) are $7 to
+// $9; the rest of the statement's are numbered from $10. A statement whose
+// parameters are all arrays may be merged (merge.go).
+const advanceHeads = `, head AS (
+	UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
+	FROM unnest($7::text[], $8::bigint[], $9::timestamptz[]) AS h(id, last_seq, updated_at)
+	WHERE r.id = h.id)`
 
-// headArgs are advanceHead's parameters.
-func headArgs(h *runHead) []any { return []any{h.id, h.lastSeq, h.updatedAt} }
+// headsArgs are advanceHeads' parameters for one run.
+func headsArgs(h *runHead) []any {
+	return []any{[]string{h.id}, []int64{h.lastSeq}, []time.Time{h.updatedAt}}
+}
 
 // insertEvents stores an appender's events.
 const insertEvents = `

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -65,6 +66,7 @@ type Store struct {
 
 	committer committer
 	notifier  notifier
+	merged    atomic.Int64 // statements sent for several transitions at once (merge.go), for tests
 }
 
 // Open connects to the database at dsn (a postgres:// URL or a key=value
@@ -140,6 +142,14 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 	// right; the default would plan the claims afresh on each call.
 	if _, ok := cfg.ConnConfig.RuntimeParams["plan_cache_mode"]; !ok {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
+	}
+	// Every statement reads and writes rows by key or through an index
+	// made for it. A generic plan made while a table is small (a new
+	// schema) would scan it instead, for the connection's life, as soon as
+	// a statement joins the table with an array of keys, which the writes
+	// that serve several transitions at once do (merge.go).
+	if _, ok := cfg.ConnConfig.RuntimeParams["enable_seqscan"]; !ok {
+		cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	}
 	return cfg, o, nil
 }

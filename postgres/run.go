@@ -392,7 +392,7 @@ func (r *lockedRun) active() bool { return !r.status.Final() }
 // cancels the child) wait for each other instead of deadlocking.
 func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
 	read := lockRunRead(clock, id, withParent)
-	rows, err := tx.Query(ctx, read.SQL, read.Arguments...)
+	rows, err := tx.Query(ctx, read.sql, read.args...)
 	if err != nil {
 		return nil, nil, now, err
 	}
@@ -420,7 +420,7 @@ func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool
 }
 
 // lockRunRead is lockRun's read, which a group may send ahead.
-func lockRunRead(clock any, id string, withParent bool) *pgx.QueuedQuery {
+func lockRunRead(clock any, id string, withParent bool) *aheadRead {
 	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run WHERE id = $2 FOR UPDATE`
 	if withParent {
 		// Two lookups by key, the parent's read (and locked) first; an
@@ -440,7 +440,7 @@ func lockRunRead(clock any, id string, withParent bool) *pgx.QueuedQuery {
 				FOR UPDATE)
 			SELECT * FROM parent UNION ALL SELECT * FROM run`
 	}
-	return &pgx.QueuedQuery{SQL: query, Arguments: []any{clock, id}}
+	return &aheadRead{sql: query, args: []any{clock, id}, types: []string{"timestamptz", "text"}}
 }
 
 // lockDescendants locks the active runs below root (its children, theirs,

@@ -227,7 +227,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired,
 			&t.next.Base, &t.next.Lapses)
 	}
 	read := lockTaskRead(clock, id, full)
-	err := tx.QueryRow(ctx, read.SQL, read.Arguments...).Scan(dest...)
+	err := tx.QueryRow(ctx, read.sql, read.args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if tx.ahead { // or locked by another transaction
 			return nil, errStale
@@ -254,12 +254,12 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired,
 }
 
 // lockTaskRead is lockTask's read, which a group may send ahead.
-func lockTaskRead(clock any, id int64, full bool) *pgx.QueuedQuery {
+func lockTaskRead(clock any, id int64, full bool) *aheadRead {
 	var more string
 	if full {
 		more = `, input, idempotency_key, policy, timeout, first_started_at, base, lapses`
 	}
-	return &pgx.QueuedQuery{SQL: `
+	return &aheadRead{sql: `
 		WITH r AS (
 			SELECT id AS head_id, last_seq, updated_at, owner AS run_owner FROM reprise_run
 			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
@@ -269,14 +269,14 @@ func lockTaskRead(clock any, id int64, full bool) *pgx.QueuedQuery {
 		FROM r JOIN reprise_task ON run_id = head_id
 		WHERE id = $2
 		FOR UPDATE OF reprise_task`,
-		Arguments: []any{clock, id}}
+		args: []any{clock, id}, types: []string{"timestamptz", "bigint"}}
 }
 
 // TaskComplete records an attempt's result: appends StepCompleted and
 // removes the task.
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var o *reprise.Outcome
-	err := s.txOwning(ctx, lockTaskRead(s.clock(), p.TaskID, false), func(tx *txn) error {
+	err := s.txOwning(ctx, []*aheadRead{lockTaskRead(s.clock(), p.TaskID, false)}, func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, false, false)
 		if err != nil {
 			return err
@@ -289,9 +289,9 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 		if err != nil {
 			return err
 		}
-		a.queueWith(&tx.writes, []*runHead{t.run}, advanceHead+`
-			DELETE FROM reprise_task WHERE id = $10`,
-			append(headArgs(t.run), t.id)...)
+		markMergeable(a.queueWith(&tx.writes, []*runHead{t.run}, advanceHeads+`
+			DELETE FROM reprise_task WHERE id = ANY($10::bigint[])`,
+			append(headsArgs(t.run), []int64{t.id})...))
 		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
@@ -313,7 +313,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 	}
 	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
 	var o *reprise.Outcome
-	err := s.txOwning(ctx, lockTaskRead(s.clock(), p.TaskID, leaseNext), func(tx *txn) error {
+	err := s.txOwning(ctx, []*aheadRead{lockTaskRead(s.clock(), p.TaskID, leaseNext)}, func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Expired, leaseNext)
 		if err != nil {
 			return err
@@ -336,22 +336,27 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				if err != nil {
 					return err
 				}
-				a.queueWith(b, []*runHead{t.run}, advanceHead+`
-					UPDATE reprise_task SET attempt = $11, token = $12, owner = $13, started_at = $14,
-						lease_until = $15, ready_at = $14, lapses = $16
-					WHERE id = $10`,
-					append(headArgs(t.run), t.id, next.Attempt, next.Token, p.LeaseOwner, next.StartedAt,
-						next.LeaseUntil, next.Lapses)...)
+				markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
+					UPDATE reprise_task t SET attempt = n.attempt, token = n.token, owner = n.owner,
+						started_at = n.started_at, lease_until = n.lease_until, ready_at = n.started_at,
+						lapses = n.lapses
+					FROM unnest($10::bigint[], $11::int[], $12::bigint[], $13::text[], $14::timestamptz[],
+						$15::timestamptz[], $16::int[]) AS n(id, attempt, token, owner, started_at, lease_until, lapses)
+					WHERE t.id = n.id`,
+					append(headsArgs(t.run), []int64{t.id}, []int32{int32(next.Attempt)}, []int64{next.Token},
+						[]string{p.LeaseOwner}, []time.Time{next.StartedAt}, []time.Time{next.LeaseUntil},
+						[]int32{int32(next.Lapses)})...))
 				o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
 				return nil
 			}
 			// A lease that lapsed counts towards poison; any other result
 			// ends the streak.
-			a.queueWith(b, []*runHead{t.run}, advanceHead+`
-				UPDATE reprise_task SET owner = '', lease_until = NULL, ready_at = $11,
-					lapses = CASE WHEN $12 THEN lapses + 1 ELSE 0 END
-				WHERE id = $10`,
-				append(headArgs(t.run), t.id, failed.RetryAt, p.Expired)...)
+			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
+				UPDATE reprise_task t SET owner = '', lease_until = NULL, ready_at = r.ready_at,
+					lapses = CASE WHEN r.expired THEN t.lapses + 1 ELSE 0 END
+				FROM unnest($10::bigint[], $11::timestamptz[], $12::bool[]) AS r(id, ready_at, expired)
+				WHERE t.id = r.id`,
+				append(headsArgs(t.run), []int64{t.id}, []time.Time{failed.RetryAt}, []bool{p.Expired})...))
 			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
 		} else {
 			failed.Reason = p.Reason
@@ -366,16 +371,20 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				return err
 			}
 			// The task moves aside, as it was scheduled, for RunRedrive.
-			a.queueWith(b, []*runHead{t.run}, advanceHead+`,
-				failed AS (DELETE FROM reprise_task WHERE id = $10 RETURNING *)
+			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`,
+				failed AS (
+					DELETE FROM reprise_task t USING unnest($10::bigint[], $11::bigint[]) AS f(id, seq)
+					WHERE t.id = f.id
+					RETURNING t.run_id, t.execution, t.position, t.step, t.input, t.idempotency_key, t.policy,
+						t.timeout, t.attempt, f.seq)
 				INSERT INTO reprise_step_failed (run_id, execution, position, step, input, idempotency_key, policy,
 					timeout, attempt, seq)
-				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, $11
+				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, seq
 				FROM failed
 				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
 					attempt = excluded.attempt, seq = excluded.seq`,
-				append(headArgs(t.run), t.id, t.run.lastSeq)...)
+				append(headsArgs(t.run), []int64{t.id}, []int64{t.run.lastSeq})...))
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
 		}
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}

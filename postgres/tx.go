@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,8 +25,8 @@ type txn struct {
 	writes pgx.Batch
 	out    outbox
 
-	first *aheadRows // the rows of the first read, read ahead (see ahead.go)
-	ahead bool       // the last read was served from first
+	first []*aheadRows // the rows of the reads it declared, read ahead (see ahead.go)
+	ahead bool         // the last read was served from first
 }
 
 // A conversation is one transaction on one connection: the statements
@@ -34,8 +35,10 @@ type txn struct {
 type conversation struct {
 	ctx    context.Context
 	conn   *pgxpool.Conn
-	queued []*pgx.QueuedQuery
-	owners map[string]*txn // of a shared transaction: each run's first holder (txn.own)
+	queued []*pgx.QueuedQuery   // BEGIN and the like
+	chains [][]*pgx.QueuedQuery // the writes of transitions, each in order (merge.go)
+	owners map[string]*txn      // of a shared transaction: each run's first holder (txn.own)
+	merged *atomic.Int64        // counts the statements merged, if not nil
 }
 
 // alone runs fn in a transaction of its own and, when fn returns nil, sends
@@ -81,14 +84,35 @@ func (s *Store) try(ctx context.Context, fn func(*txn) error) (retry bool, err e
 
 // queue adds a transition's writes to what goes with the next read.
 func (c *conversation) queue(b *pgx.Batch) {
-	c.queued = append(c.queued, b.QueuedQueries...)
+	if len(b.QueuedQueries) > 0 {
+		c.chains = append(c.chains, b.QueuedQueries)
+	}
 }
 
 // commit sends what is queued, and COMMIT.
 func (c *conversation) commit() error {
-	b := &pgx.Batch{QueuedQueries: append(c.queued, &pgx.QueuedQuery{SQL: "COMMIT"})}
-	c.queued = nil
+	b := &pgx.Batch{QueuedQueries: append(c.flush(), &pgx.QueuedQuery{SQL: "COMMIT"})}
 	return c.conn.SendBatch(c.ctx, b).Close()
+}
+
+// count adds n to the count of merged statements.
+func (c *conversation) count(n int) {
+	if c.merged != nil && n > 0 {
+		c.merged.Add(int64(n))
+	}
+}
+
+// flush returns what is queued, to be sent, with the transitions' writes
+// merged, and empties the queue.
+func (c *conversation) flush() []*pgx.QueuedQuery {
+	q := c.queued
+	if len(c.chains) > 0 {
+		writes, n := merge(c.chains)
+		q = append(q, writes...)
+		c.count(n)
+	}
+	c.queued, c.chains = nil, nil
+	return q
 }
 
 // rolledBack reports whether err is the server aborting the transaction
@@ -116,17 +140,20 @@ func (s *Store) abort(ctx context.Context, conn *pgxpool.Conn, err error) error 
 // it. It runs with the conversation's context: ctx is there to read like
 // pgx.
 func (t *txn) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	first := t.first
-	t.first, t.ahead = nil, first != nil && first.sql == sql
+	// The reads ahead serve the transition's reads in the order it
+	// declared them, until one differs.
+	t.ahead = len(t.first) > 0 && t.first[0] != nil && t.first[0].sql == sql
 	if t.ahead {
+		first := t.first[0]
+		t.first = t.first[1:]
 		return first, nil
 	}
+	t.first = nil
 	c := t.c
-	if len(c.queued) == 0 {
+	if len(c.queued) == 0 && len(c.chains) == 0 {
 		return c.conn.Query(c.ctx, sql, args...)
 	}
-	b := &pgx.Batch{QueuedQueries: c.queued}
-	c.queued = nil
+	b := &pgx.Batch{QueuedQueries: c.flush()}
 	n := len(b.QueuedQueries)
 	b.Queue(sql, args...)
 	br := c.conn.SendBatch(c.ctx, b)

@@ -1,0 +1,142 @@
+package postgres
+
+import (
+	"reflect"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Merging writes. The transitions of a group that are decided between two
+// reads send their writes together, and most of them write the same few
+// statements with other values: each TaskFail that retries at once one
+// statement of the same text, each end of a run another. Each statement
+// costs the server more to start than these small writes cost to run, so
+// the writes of the same text that go together are sent as one statement,
+// their array arguments joined: n retries at once cost one statement.
+//
+// A statement may be merged only if its text says so (markMergeable): all
+// its arguments are arrays, each row of which writes on its own, so that
+// the joined statement writes what the statements would have one after
+// the other; and if it returns rows that its transition reads, each row
+// says which run it is for, and the transition reads only its own: each
+// reads all the rows of the joined statement. The writes
+// that go together belong to transitions that lock different runs (ahead.go:
+// a transition that locks a run an earlier one holds reads, and so sends
+// what is queued, before it writes), so that the statements of different
+// transitions may run in any order; the statements of each transition keep
+// theirs.
+
+var mergeableSQL sync.Map // statement text → true
+
+// markMergeable marks qq's text as mergeable, and returns qq.
+func markMergeable(qq *pgx.QueuedQuery) *pgx.QueuedQuery {
+	mergeableSQL.Store(qq.SQL, true)
+	return qq
+}
+
+// merge returns the statements of chains, each a transition's writes in
+// order, with those of the same mergeable text that can go together as one,
+// and how many statements it made of several. It walks the chains in order
+// and sends the first one's next statement with the next statements of
+// all chains that have the same text.
+func merge(chains [][]*pgx.QueuedQuery) (out []*pgx.QueuedQuery, merged int) {
+	if len(chains) == 1 {
+		return chains[0], 0
+	}
+	next := make([]int, len(chains)) // each chain's next statement
+	for i, chain := range chains {
+		for next[i] < len(chain) {
+			qq := chain[next[i]]
+			next[i]++
+			if _, ok := mergeableSQL.Load(qq.SQL); !ok {
+				out = append(out, qq)
+				continue
+			}
+			joined := qq
+			var fns []func(pgx.BatchResults) error
+			for j := i + 1; j < len(chains); j++ {
+				if next[j] >= len(chains[j]) {
+					continue
+				}
+				other := chains[j][next[j]]
+				if other.SQL != qq.SQL || (other.Fn == nil) != (qq.Fn == nil) {
+					continue
+				}
+				args, ok := join(joined.Arguments, other.Arguments)
+				if !ok {
+					continue
+				}
+				joined = &pgx.QueuedQuery{SQL: qq.SQL, Arguments: args}
+				fns = append(fns, other.Fn)
+				next[j]++
+			}
+			if joined != qq {
+				merged++
+				if qq.Fn != nil {
+					joined.Fn = shareRows(append([]func(pgx.BatchResults) error{qq.Fn}, fns...))
+				}
+			}
+			out = append(out, joined)
+		}
+	}
+	return out, merged
+}
+
+// shareRows returns the function of a merged statement that reads its rows
+// and hands them all to each of fns, the functions of the statements
+// merged into it.
+func shareRows(fns []func(pgx.BatchResults) error) func(pgx.BatchResults) error {
+	return func(br pgx.BatchResults) error {
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		got, err := copyRows(rows, rows.Conn().TypeMap(), "", false, 1)
+		if err != nil {
+			return err
+		}
+		for _, fn := range fns {
+			if err := fn(sharedRows{got[0]}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// sharedRows are the rows of a merged statement, as pgx.BatchResults for
+// the function of one statement merged into it.
+type sharedRows struct{ rows *aheadRows }
+
+func (r sharedRows) Exec() (pgconn.CommandTag, error) { return r.rows.tag, nil }
+func (r sharedRows) Query() (pgx.Rows, error) {
+	rows := *r.rows // each reads from the start
+	rows.next = 0
+	return &rows, nil
+}
+func (r sharedRows) QueryRow() pgx.Row {
+	rows, err := r.Query()
+	return &firstRow{rows: rows, err: err}
+}
+func (r sharedRows) Close() error { return nil }
+func (r sharedRows) Tx() pgx.Tx   { return nil }
+
+// join returns the arrays of a followed by those of b, position by
+// position; ok is false unless both are arrays of the same types.
+func join(a, b []any) (args []any, ok bool) {
+	if len(a) != len(b) {
+		return nil, false
+	}
+	args = make([]any, len(a))
+	for k := range a {
+		va, vb := reflect.ValueOf(a[k]), reflect.ValueOf(b[k])
+		if va.Kind() != reflect.Slice || va.Type() != vb.Type() {
+			return nil, false
+		}
+		joined := reflect.MakeSlice(va.Type(), 0, va.Len()+vb.Len())
+		args[k] = reflect.AppendSlice(reflect.AppendSlice(joined, va), vb).Interface()
+	}
+	return args, true
+}
