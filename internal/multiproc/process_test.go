@@ -29,6 +29,9 @@ const (
 	envSchema      = "REPRISE_MULTIPROC_SCHEMA"
 	envLeaseTTL    = "REPRISE_MULTIPROC_LEASE_TTL"
 	envConcurrency = "REPRISE_MULTIPROC_CONCURRENCY"
+	// envCPUProfile, set in the test's own environment, makes each engine
+	// process write a CPU profile to its value followed by "." and its id.
+	envCPUProfile = "REPRISE_MULTIPROC_CPUPROFILE"
 )
 
 // TestEngineProcess is an engine process: the parent test runs this test
@@ -140,7 +143,11 @@ func (c *cluster) start(id string, leaseTTL time.Duration, concurrency int) {
 // spawn starts an engine process.
 func (c *cluster) spawn(id string, leaseTTL time.Duration, concurrency int) *process {
 	c.t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestEngineProcess$", "-test.count=1", "-test.v")
+	args := []string{"-test.run=^TestEngineProcess$", "-test.count=1", "-test.v"}
+	if prof := os.Getenv(envCPUProfile); prof != "" {
+		args = append(args, "-test.cpuprofile="+prof+"."+id)
+	}
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(),
 		envWorker+"="+id, envDSN+"="+c.dsn, envSchema+"="+c.schema,
 		envLeaseTTL+"="+leaseTTL.String(), envConcurrency+"="+strconv.Itoa(concurrency))
