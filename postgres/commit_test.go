@@ -400,3 +400,58 @@ func writersOf(t *testing.T, dsn, schema, where string) int {
 	}
 	return n
 }
+
+// TestHistoriesTogether reads several histories in one statement, as
+// HistoryList calls that arrive together are read: each gets its own
+// run's events after its own AfterSeq, a missing run ErrNotFound, a run
+// read twice both; and many calls at once each get their own.
+func TestHistoriesTogether(t *testing.T) {
+	t.Parallel()
+	s := openStore(t, nil)
+	ctx := t.Context()
+	for i := range 3 {
+		id := fmt.Sprint("h", i)
+		if _, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf"}); err != nil {
+			t.Fatal(err)
+		}
+		for j := range i {
+			if _, err := s.SignalSend(ctx, &reprise.SignalSendParams{RunID: id, Name: fmt.Sprint("s", j)}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ps := []reprise.HistoryListParams{
+		{RunID: "h2"}, {RunID: "nope"}, {RunID: "h1", AfterSeq: 1}, {RunID: "h0", AfterSeq: 1},
+		{RunID: "h2", AfterSeq: 2}, {RunID: "h1"},
+	}
+	events, errs := postgres.Histories(ctx, s, ps)
+	want := []string{"RunStarted SignalReceived SignalReceived", "", "SignalReceived", "", "SignalReceived", "RunStarted SignalReceived"}
+	for i, p := range ps {
+		if p.RunID == "nope" {
+			if !errors.Is(errs[i], reprise.ErrNotFound) {
+				t.Errorf("read %d of a missing run: %v, want ErrNotFound", i, errs[i])
+			}
+			continue
+		}
+		if errs[i] != nil || types(events[i]) != want[i] || events[i] == nil {
+			t.Errorf("read %d (%+v): %q (%v), want %q", i, p, types(events[i]), errs[i], want[i])
+		}
+		for _, e := range events[i] {
+			if e.Seq <= p.AfterSeq {
+				t.Errorf("read %d (%+v): event %d", i, p, e.Seq)
+			}
+		}
+	}
+
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Go(func() {
+			id := fmt.Sprint("h", i%3)
+			got, err := s.HistoryList(ctx, &reprise.HistoryListParams{RunID: id})
+			if err != nil || len(got) != i%3+1 {
+				t.Errorf("history of %s: %d events (%v), want %d", id, len(got), err, i%3+1)
+			}
+		})
+	}
+	wg.Wait()
+}

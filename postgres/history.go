@@ -14,49 +14,12 @@ import (
 
 // HistoryList returns a run's events with Seq above p.AfterSeq, in order.
 //
-// One statement, also when there are none: the run's row says whether it
-// exists, and its last_seq whether there is anything to read (an engine
-// polls waiting runs, and most polls find nothing new). A run without
-// events after AfterSeq is one row with a NULL event.
+// One statement, also when there are none, and shared with the reads that
+// arrive together (reads.go): each run's row says whether it exists, and
+// its last_seq whether there is anything to read (an engine polls waiting
+// runs, and most polls find nothing new).
 func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
-	rows, err := s.pool.Query(ctx, `
-		SELECT e.data FROM reprise_run r
-		LEFT JOIN LATERAL (
-			SELECT seq, data FROM reprise_event
-			WHERE run_id = r.id AND seq > $2 AND r.last_seq > $2
-			ORDER BY seq) e ON true
-		WHERE r.id = $1
-		ORDER BY e.seq`,
-		p.RunID, p.AfterSeq)
-	if err != nil {
-		return nil, fmt.Errorf("list history: %w", err)
-	}
-	found := false
-	events := []reprise.Event{}
-	for rows.Next() {
-		found = true
-		var data []byte
-		if err := rows.Scan(&data); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list history: %w", err)
-		}
-		if data == nil {
-			continue // the run, with nothing to read
-		}
-		var e reprise.Event
-		if err := json.Unmarshal(data, &e); err != nil {
-			rows.Close()
-			return nil, fmt.Errorf("list history: %w", err)
-		}
-		events = append(events, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("list history: %w", err)
-	}
-	if !found {
-		return nil, fmt.Errorf("list history of run %q: %w", p.RunID, reprise.ErrNotFound)
-	}
-	return events, nil
+	return s.readHistory(ctx, p)
 }
 
 // A runHead is what appending to a run's history needs to know, read under

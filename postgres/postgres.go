@@ -66,6 +66,7 @@ type Store struct {
 
 	committer committer
 	notifier  notifier
+	reads     historyReads
 	merged    atomic.Int64 // statements sent for several transitions at once (merge.go), for tests
 }
 
