@@ -276,36 +276,70 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 
 // RunRenew sets the leases of the owner's active runs to lapse p.LeaseTTL
 // from now; a zero LeaseTTL releases them, and sends NoticeRunReady.
+//
+// An engine holds many runs (the benchmark's engine, its whole backlog),
+// and a renewal that locked them all in one transaction held every run's
+// lock for as long as it took to update them all (hundreds of
+// milliseconds), and waited meanwhile for the transitions that held some:
+// the transitions of every run waited for it in turn. So it reads the ids
+// of the runs the owner holds, renews them in chunks that skip the rows
+// other transactions hold, each a transaction of its own, and then renews
+// the few it skipped, waiting for them.
 func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
 	if p.Owner == "" {
 		return errors.New("renew run leases: owner is required")
 	}
-	// Rows are locked in id order, so that two renewals never deadlock.
-	// A renewal that waits for a row lock longer than renewLockTimeout
-	// gives way and is tried again: it may be in a cycle with the end of
-	// a parent run (which locks the parent first) or with a group of
-	// transitions, which would otherwise wait for it (a group for its
-	// lockTimeout, a transition alone for the server's deadlock_timeout).
-	var (
-		tag pgconn.CommandTag
-		err error
-	)
-	for try := 1; try == 1 || (try <= renewTries && (rolledBack(err) || lockTimedOut(err))); try++ {
-		tag, err = s.renew(ctx, p)
-	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT id FROM reprise_run WHERE owner = $1 AND status IN ('pending', 'running') ORDER BY id`, p.Owner)
 	if err != nil {
 		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
 	}
-	if p.LeaseTTL <= 0 && tag.RowsAffected() > 0 {
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+	}
+	renewed := 0
+	var skipped []string
+	for chunk := range slices.Chunk(ids, renewChunk) {
+		done, err := s.renew(ctx, p, chunk, true)
+		if err != nil {
+			return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+		}
+		renewed += len(done)
+		if len(done) < len(chunk) {
+			// Held by another transaction, or no longer the owner's.
+			skipped = append(skipped, without(chunk, done)...)
+		}
+	}
+	if len(skipped) > 0 {
+		// Rows are locked in id order, so that two renewals never
+		// deadlock. A renewal that waits for a row lock longer than
+		// renewLockTimeout gives way and is tried again: it may be in a
+		// cycle with the end of a parent run (which locks the parent
+		// first) or with a group of transitions, which would otherwise
+		// wait for it (a group for its lockTimeout, a transition alone
+		// for the server's deadlock_timeout).
+		var done []string
+		for try := 1; try == 1 || (try <= renewTries && (rolledBack(err) || lockTimedOut(err))); try++ {
+			done, err = s.renew(ctx, p, skipped, false)
+		}
+		if err != nil {
+			return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+		}
+		renewed += len(done)
+	}
+	if p.LeaseTTL <= 0 && renewed > 0 {
 		// Released runs wait for another engine to claim them.
 		s.publish(outbox{{Kind: NoticeRunReady}})
 	}
 	return nil
 }
 
-// renewLockTimeout bounds each of a renewal's waits for a row lock, and
-// renewTries how often it is tried.
+// renewChunk is how many runs a renewal's transaction renews at most,
+// renewLockTimeout bounds each of its waits for a row lock, and
+// renewTries is how often it is tried.
 const (
+	renewChunk       = 500
 	renewLockTimeout = "50ms"
 	renewTries       = 10
 )
@@ -317,38 +351,66 @@ func lockTimedOut(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
-// renew is one try of RunRenew's statement, in a transaction of its own
-// with renewLockTimeout.
-func (s *Store) renew(ctx context.Context, p *reprise.RunRenewParams) (pgconn.CommandTag, error) {
+// renew renews those of the runs ids (in id order) that the owner still
+// holds, in a transaction of its own, and returns their ids. With skip,
+// it leaves the rows other transactions hold; without, it waits for them,
+// each time for up to renewLockTimeout.
+func (s *Store) renew(ctx context.Context, p *reprise.RunRenewParams, ids []string, skip bool) ([]string, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return pgconn.CommandTag{}, err
+		return nil, err
 	}
 	defer conn.Release()
-	var tag pgconn.CommandTag
+	lock := "FOR UPDATE"
+	if skip {
+		lock = "FOR UPDATE SKIP LOCKED"
+	}
+	var done []string
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SELECT set_config('lock_timeout', $1, true)", renewLockTimeout)
+	if !skip {
+		b.Queue("SELECT set_config('lock_timeout', $1, true)", renewLockTimeout)
+	}
+	// Each run is looked up by key (a lateral subquery that locks is never
+	// flattened into a join), in the order of ids.
 	b.Queue(`
 		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 		held AS (
-			SELECT id AS held_id FROM reprise_run
-			WHERE owner = $2 AND status IN ('pending', 'running')
-			ORDER BY id FOR UPDATE)
+			SELECT x.id AS held_id FROM unnest($4::text[]) AS u(id) CROSS JOIN LATERAL (
+				SELECT id FROM reprise_run
+				WHERE id = u.id AND owner = $2 AND status IN ('pending', 'running')
+				`+lock+`) x)
 		UPDATE reprise_run r SET
 			owner = CASE WHEN $3::interval > '0' THEN r.owner ELSE '' END,
 			lease_until = CASE WHEN $3::interval > '0' THEN c.now + $3::interval END
 		FROM held, c
-		WHERE r.id = held.held_id`,
-		s.clock(), p.Owner, p.LeaseTTL).Exec(func(ct pgconn.CommandTag) error {
-		tag = ct
-		return nil
+		WHERE r.id = held.held_id
+		RETURNING r.id`,
+		s.clock(), p.Owner, p.LeaseTTL, ids).Query(func(rows pgx.Rows) error {
+		var err error
+		done, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
 	})
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return tag, s.abort(ctx, conn, err)
+		return nil, s.abort(ctx, conn, err)
 	}
-	return tag, nil
+	return done, nil
+}
+
+// without returns the ids of all that are not in some.
+func without(all, some []string) []string {
+	in := make(map[string]bool, len(some))
+	for _, id := range some {
+		in[id] = true
+	}
+	var rest []string
+	for _, id := range all {
+		if !in[id] {
+			rest = append(rest, id)
+		}
+	}
+	return rest
 }
 
 // A lockedRun is a run's row, read under its lock: what appending to its
