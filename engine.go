@@ -791,8 +791,7 @@ func (e *Engine) notice(n Notice) {
 		e.mu.Lock()
 		r := e.runners[n.RunID]
 		e.mu.Unlock()
-		if r != nil {
-			r.heard()
+		if r != nil && r.heard(n.Seq) {
 			r.resync()
 		}
 	case NoticeResync:

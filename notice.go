@@ -42,6 +42,11 @@ type Notice struct {
 	Workflow string     `json:"workflow,omitempty"`
 	Step     string     `json:"step,omitempty"`
 	At       time.Time  `json:"at,omitzero"`
+	// Seq, for NoticeOutcome, is the seq of the last event the change
+	// appended to the run's history; zero when the store does not say. An
+	// engine that has every event up to Seq (it made the change itself,
+	// and has them from the store's answer) need not read the history.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // A Notifier is a Store that can tell engines, in other processes too,

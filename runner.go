@@ -72,7 +72,10 @@ type runner struct {
 	handed     *handed
 	// stale says events were appended elsewhere that only the store has.
 	stale bool
-	wake  chan struct{}
+	// seen is the seq up to which the runner has every event, applied or
+	// in its inbox: a notice of an outcome up to it is old news.
+	seen int64
+	wake chan struct{}
 	// pollAt is when the runner next reads its history in case a notice of
 	// an outcome was lost, pollEvery the wait after that (see pollDue).
 	pollAt    time.Time
@@ -162,8 +165,13 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 func (r *runner) push(events []Event) {
 	r.mu.Lock()
 	r.inbox = append(r.inbox, events...)
-	if len(events) > 0 {
+	if n := len(events); n > 0 {
 		r.pollAt = time.Time{}
+		// An outcome's events are consecutive: they extend what the
+		// runner has only if nothing lies between.
+		if events[0].Seq <= r.seen+1 {
+			r.seen = max(r.seen, events[n-1].Seq)
+		}
 	}
 	r.mu.Unlock()
 	// A wake-up not yet taken counts as busy; the runner inherits it.
@@ -183,11 +191,14 @@ func (r *runner) resync() {
 	r.push(nil)
 }
 
-// heard notes a notice of an outcome, so the poll for lost ones starts over.
-func (r *runner) heard() {
+// heard notes a notice of an outcome whose last event is seq (0: not
+// known), so the poll for lost ones starts over. It reports whether the
+// runner lacks events up to seq and must read its history.
+func (r *runner) heard(seq int64) (stale bool) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.pollAt = time.Time{}
-	r.mu.Unlock()
+	return seq == 0 || seq > r.seen
 }
 
 // pollDue reports whether the runner should read its history now, in case
@@ -738,6 +749,7 @@ type handed struct {
 
 // apply takes events of the run into the replay state, once each.
 func (r *runner) apply(events []Event) {
+	defer r.applied()
 	for i := range events {
 		ev := &events[i]
 		if ev.Seq <= r.synced || r.ahead[ev.Seq] {
@@ -803,6 +815,13 @@ func (r *runner) apply(events []Event) {
 			r.resolve(ev, nil, nil)
 		}
 	}
+}
+
+// applied notes that the runner has every event up to synced.
+func (r *runner) applied() {
+	r.mu.Lock()
+	r.seen = max(r.seen, r.synced)
+	r.mu.Unlock()
 }
 
 func (r *runner) resolve(ev *Event, out json.RawMessage, err error) {

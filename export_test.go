@@ -1,0 +1,4 @@
+package reprise
+
+// Notify hands e a store's notice, as its listener would.
+func (e *Engine) Notify(n Notice) { e.notice(n) }

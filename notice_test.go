@@ -1,0 +1,89 @@
+package reprise_test
+
+import (
+	"context"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/sqlite"
+)
+
+// readCounting is a real store that counts history reads.
+type readCounting struct {
+	reprise.Store
+	reads atomic.Int32
+}
+
+func (s *readCounting) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
+	s.reads.Add(1)
+	return s.Store.HistoryList(ctx, p)
+}
+
+// TestNoticeOfKnownEventsReadsNothing: a notice of an outcome whose events
+// the engine already has (it made the change itself, and the store's
+// answer carried them) costs no history read; one beyond them, or one
+// that does not say how far it goes, makes the run read its history.
+func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
+	t.Parallel()
+	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counted := &readCounting{Store: store}
+	release := make(chan struct{})
+	hold := reprise.NewStep("hold", func(ctx context.Context, _ int) (int, error) {
+		<-release
+		return 1, nil
+	})
+	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) {
+		return reprise.Step(ctx, hold, n)
+	})
+	e, err := reprise.New(reprise.Config{Store: counted, WorkerID: "engine-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(wf, hold); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	defer func() { close(release); cancel(); <-done; store.Close() }()
+
+	h, err := wf.Start(t.Context(), e, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run waits for its step, resident, having read nothing.
+	var last int64
+	waitFor(t, func() bool {
+		events, err := store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: h.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = events[len(events)-1].Seq
+		return events[len(events)-1].Type == reprise.EventAttemptStarted
+	})
+	idle := func() bool { busy, _, _ := e.Activity(); return busy == 0 }
+	waitFor(t, idle)
+	base := counted.reads.Load()
+
+	outcome := reprise.Notice{Kind: reprise.NoticeOutcome, RunID: h.ID, Owner: "engine-a"}
+	known := outcome
+	known.Seq = last
+	e.Notify(known)
+	waitFor(t, idle)
+	time.Sleep(20 * time.Millisecond) // a read would have started by now
+	if n := counted.reads.Load() - base; n != 0 {
+		t.Fatalf("a notice of events the run has cost %d history reads, want 0", n)
+	}
+
+	for _, n := range []reprise.Notice{outcome, {Kind: reprise.NoticeOutcome, RunID: h.ID, Owner: "engine-a", Seq: last + 1}} {
+		before := counted.reads.Load()
+		e.Notify(n)
+		waitFor(t, func() bool { return counted.reads.Load() > before })
+	}
+}
