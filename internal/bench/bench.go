@@ -176,6 +176,21 @@ func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Dura
 	return Lateness{Retries: len(late), P50: pct(late, 50), P99: pct(late, 99), Max: late[len(late)-1]}, nil
 }
 
+// SleepJitter measures how late the machine itself wakes a goroutine: n
+// sleeps of 1 ms, each against its planned end. A retry cannot start
+// earlier than its engine is woken, so this is the floor under retry
+// lateness; on a shared virtual machine it is far from zero.
+func SleepJitter(n int) Lateness {
+	late := make([]time.Duration, n)
+	for i := range late {
+		start := time.Now()
+		time.Sleep(time.Millisecond)
+		late[i] = time.Since(start) - time.Millisecond
+	}
+	slices.Sort(late)
+	return Lateness{Retries: n, P50: pct(late, 50), P99: pct(late, 99), Max: late[n-1]}
+}
+
 // Parked is the memory cost of runs waiting in backoff.
 type Parked struct {
 	Runs      int
