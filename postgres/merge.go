@@ -54,28 +54,26 @@ func merge(chains [][]*pgx.QueuedQuery) (out []*pgx.QueuedQuery, merged int) {
 				out = append(out, qq)
 				continue
 			}
-			joined := qq
-			var fns []func(pgx.BatchResults) error
+			same := [][]any{qq.Arguments}
+			fns := []func(pgx.BatchResults) error{qq.Fn}
 			for j := i + 1; j < len(chains); j++ {
 				if next[j] >= len(chains[j]) {
 					continue
 				}
 				other := chains[j][next[j]]
-				if other.SQL != qq.SQL || (other.Fn == nil) != (qq.Fn == nil) {
+				if other.SQL != qq.SQL || (other.Fn == nil) != (qq.Fn == nil) || !sameTypes(qq.Arguments, other.Arguments) {
 					continue
 				}
-				args, ok := join(joined.Arguments, other.Arguments)
-				if !ok {
-					continue
-				}
-				joined = &pgx.QueuedQuery{SQL: qq.SQL, Arguments: args}
+				same = append(same, other.Arguments)
 				fns = append(fns, other.Fn)
 				next[j]++
 			}
-			if joined != qq {
+			joined := qq
+			if len(same) > 1 {
 				merged++
+				joined = &pgx.QueuedQuery{SQL: qq.SQL, Arguments: join(same)}
 				if qq.Fn != nil {
-					joined.Fn = shareRows(append([]func(pgx.BatchResults) error{qq.Fn}, fns...))
+					joined.Fn = shareRows(fns)
 				}
 			}
 			out = append(out, joined)
@@ -123,20 +121,36 @@ func (r sharedRows) QueryRow() pgx.Row {
 func (r sharedRows) Close() error { return nil }
 func (r sharedRows) Tx() pgx.Tx   { return nil }
 
-// join returns the arrays of a followed by those of b, position by
-// position; ok is false unless both are arrays of the same types.
-func join(a, b []any) (args []any, ok bool) {
+// sameTypes reports whether a and b are arguments of the same types, all
+// arrays.
+func sameTypes(a, b []any) bool {
 	if len(a) != len(b) {
-		return nil, false
+		return false
 	}
-	args = make([]any, len(a))
 	for k := range a {
-		va, vb := reflect.ValueOf(a[k]), reflect.ValueOf(b[k])
-		if va.Kind() != reflect.Slice || va.Type() != vb.Type() {
-			return nil, false
+		ta := reflect.TypeOf(a[k])
+		if ta == nil || ta.Kind() != reflect.Slice || ta != reflect.TypeOf(b[k]) {
+			return false
 		}
-		joined := reflect.MakeSlice(va.Type(), 0, va.Len()+vb.Len())
-		args[k] = reflect.AppendSlice(reflect.AppendSlice(joined, va), vb).Interface()
 	}
-	return args, true
+	return true
+}
+
+// join returns the arguments of statements of the same text, checked by
+// sameTypes: at each position, the arrays of all of them, one after the
+// other.
+func join(args [][]any) []any {
+	joined := make([]any, len(args[0]))
+	for k := range joined {
+		n := 0
+		for _, a := range args {
+			n += reflect.ValueOf(a[k]).Len()
+		}
+		v := reflect.MakeSlice(reflect.TypeOf(args[0][k]), 0, n)
+		for _, a := range args {
+			v = reflect.AppendSlice(v, reflect.ValueOf(a[k]))
+		}
+		joined[k] = v.Interface()
+	}
+	return joined
 }
