@@ -32,6 +32,9 @@ const (
 	// envCPUProfile, set in the test's own environment, makes each engine
 	// process write a CPU profile to its value followed by "." and its id.
 	envCPUProfile = "REPRISE_MULTIPROC_CPUPROFILE"
+	// envWriters, set in the test's own environment, is the engine
+	// processes' postgres.Options.Writers (the default: unset).
+	envWriters = "REPRISE_MULTIPROC_WRITERS"
 )
 
 // TestEngineProcess is an engine process: the parent test runs this test
@@ -53,9 +56,10 @@ func TestEngineProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	writers, _ := strconv.Atoi(os.Getenv(envWriters))
 	store, err := postgres.Open(ctx, os.Getenv(envDSN), &postgres.Options{
 		Schema: os.Getenv(envSchema), NoMigrate: true, Logger: log,
-		MaxConns: int32(max(4, concurrency/10)),
+		MaxConns: int32(max(4, concurrency/10)), Writers: writers,
 	})
 	if err != nil {
 		t.Fatal(err)
