@@ -84,40 +84,33 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 	return nil
 }
 
-// queue adds to b the statements that store the events and advance the
+// queue adds to b the statement that stores the events and advances the
 // runs' heads, but for those in updated: the caller's own update of those
-// rows sets their last_seq and updated_at.
-//
-// Each head is its own UPDATE by primary key. A join of the table with an
-// array of ids would do it in one statement, but its plan is cached per
-// connection (plan_cache_mode, in poolConfig), and a plan made while the
-// table was small scans the whole table: on a new schema every append
-// then costs a sequential scan of reprise_run for the connection's life.
-// A lookup by the key is planned as an index scan whatever the table's
-// size, and in the pipeline it costs no extra round trip.
+// rows sets their last_seq and updated_at. Its parameters are arrays: the
+// appends of several transitions may go as one statement (merge.go).
 func (a *appender) queue(b *pgx.Batch, updated ...*runHead) {
 	if len(a.events) == 0 {
 		return
 	}
+	rest := a.rest(updated)
+	if len(rest) == 0 {
+		a.queueEvents(b)
+		return
+	}
+	markMergeable(b.Queue(`WITH appended AS (`+insertEvents+`)`+advanceHeads+` SELECT`,
+		append([]any{a.runID, a.seq, a.typ, a.execution, a.at, a.data}, headsArgs(rest...)...)...))
+}
+
+// rest returns the heads of the runs a appends to, but for those in
+// updated.
+func (a *appender) rest(updated []*runHead) []*runHead {
 	var rest []*runHead
 	for _, h := range a.heads {
 		if !slices.Contains(updated, h) {
 			rest = append(rest, h)
 		}
 	}
-	if len(rest) == 0 {
-		a.queueEvents(b)
-		return
-	}
-	// The first head is advanced in the statement that inserts the events.
-	h := rest[0]
-	b.Queue(`
-		WITH appended AS (`+insertEvents+`)
-		UPDATE reprise_run SET last_seq = $8, updated_at = $9 WHERE id = $7`,
-		a.runID, a.seq, a.typ, a.execution, a.at, a.data, h.id, h.lastSeq, h.updatedAt)
-	for _, h := range rest[1:] {
-		b.Queue(`UPDATE reprise_run SET last_seq = $2, updated_at = $3 WHERE id = $1`, h.id, h.lastSeq, h.updatedAt)
-	}
+	return rest
 }
 
 // queueEvents adds to b the statement that stores the events, for a caller
@@ -133,16 +126,18 @@ func (a *appender) queueEvents(b *pgx.Batch) {
 // whose parameters are args, numbered from $7, and returns it (for rows
 // final returns). final may open with more common table expressions
 // (", name AS (...)"); it advances the heads of the runs in updated itself
-// (advanceHead does it for one), and the others' are advanced as queue
-// does. One statement instead of several: each costs the server more to
-// start than these small writes cost to run.
+// (advanceHeads does it), and the others' are advanced by a statement of
+// their own. One statement instead of several: each costs the server more
+// to start than these small writes cost to run.
 func (a *appender) queueWith(b *pgx.Batch, updated []*runHead, final string, args ...any) *pgx.QueuedQuery {
 	qq := b.Queue(`WITH appended AS (`+insertEvents+`)`+final,
 		append([]any{a.runID, a.seq, a.typ, a.execution, a.at, a.data}, args...)...)
-	for _, h := range a.heads {
-		if !slices.Contains(updated, h) {
-			b.Queue(`UPDATE reprise_run SET last_seq = $2, updated_at = $3 WHERE id = $1`, h.id, h.lastSeq, h.updatedAt)
-		}
+	if rest := a.rest(updated); len(rest) > 0 {
+		markMergeable(b.Queue(`
+			UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
+			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS h(id, last_seq, updated_at)
+			WHERE r.id = h.id`,
+			headsArgs(rest...)...))
 	}
 	return qq
 }
@@ -156,9 +151,13 @@ const advanceHeads = `, head AS (
 	FROM unnest($7::text[], $8::bigint[], $9::timestamptz[]) AS h(id, last_seq, updated_at)
 	WHERE r.id = h.id)`
 
-// headsArgs are advanceHeads' parameters for one run.
-func headsArgs(h *runHead) []any {
-	return []any{[]string{h.id}, []int64{h.lastSeq}, []time.Time{h.updatedAt}}
+// headsArgs are advanceHeads' parameters for the runs hs.
+func headsArgs(hs ...*runHead) []any {
+	ids, seqs, ats := make([]string, len(hs)), make([]int64, len(hs)), make([]time.Time, len(hs))
+	for i, h := range hs {
+		ids[i], seqs[i], ats[i] = h.id, h.lastSeq, h.updatedAt
+	}
+	return []any{ids, seqs, ats}
 }
 
 // insertEvents stores an appender's events.
