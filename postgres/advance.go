@@ -29,7 +29,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 		reads = append(reads, completedRead(c.TaskID, p.RunID))
 	}
 	err := s.txOwning(ctx, reads, func(tx *txn) (err error) {
-		adv, err = s.advance(ctx, tx, p)
+		adv, err = s.advance(ctx, tx, p, nil, time.Time{})
 		return err
 	})
 	if err != nil {
@@ -38,12 +38,17 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 	return adv, nil
 }
 
-// advance records an advance, checked by checkAdvance, in tx.
-func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+// advance records an advance, checked by checkAdvance, in tx. created,
+// if not nil, is the run as the transaction created it at now, without a
+// parent: it is locked already, and not read again.
+func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParams, created *lockedRun, now time.Time) (*reprise.Advanced, error) {
 	ending := p.Finish != nil && !p.Finish.ContinueAsNew
-	run, parent, now, err := lockRun(ctx, tx, s.clock(), p.RunID, ending)
-	if err != nil {
-		return nil, err
+	run, parent := created, (*lockedRun)(nil)
+	if run == nil {
+		var err error
+		if run, parent, now, err = lockRun(ctx, tx, s.clock(), p.RunID, ending); err != nil {
+			return nil, err
+		}
 	}
 	if run.status.Final() {
 		return nil, reprise.ErrRunFinished

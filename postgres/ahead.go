@@ -47,6 +47,19 @@ type aheadRead struct {
 	sql   string
 	args  []any
 	types []string
+
+	// set, if not empty, is the statement that reads (or writes) the same
+	// for several transitions, with their arguments as arrays of types,
+	// returning with each row the number of its transition, from 1 (see
+	// merged). writes says that it writes: a group that does not record
+	// the transition as it read must not commit (see Store.shared).
+	set    string
+	writes bool
+}
+
+// writesAhead reports whether any of reads writes.
+func writesAhead(reads []*aheadRead) bool {
+	return slices.ContainsFunc(reads, func(r *aheadRead) bool { return r.writes })
 }
 
 // readAhead sends BEGIN and what else is queued, with the reads that the
@@ -93,7 +106,11 @@ func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
 			}
 			args[k] = col
 		}
-		b.Queue(merged(text, first.types), args...)
+		set := first.set
+		if set == "" {
+			set = merged(text, first.types)
+		}
+		b.Queue(set, args...)
 		c.count(1)
 	}
 	br := c.conn.SendBatch(c.ctx, b)

@@ -228,17 +228,32 @@ func (s *Store) shared(group []*call, results []error) error {
 	}
 	var out outbox
 	blind := false // a transition that records no runs has run
+	// A transition whose reads ahead wrote (RunCreate's insert) must be
+	// recorded as they wrote, or the group must not commit: its
+	// transitions then run alone.
+	notRecorded := func(err error) error {
+		return fmt.Errorf("%w: %w", errNotCommitted, s.abort(ctx, conn, fmt.Errorf("a transition that wrote ahead was not recorded: %w", err)))
+	}
 	for i, cl := range group {
+		wrote := ahead != nil && writesAhead(cl.first)
 		if cl.ctx.Err() != nil {
+			if wrote {
+				return notRecorded(context.Cause(cl.ctx))
+			}
 			results[i] = context.Cause(cl.ctx)
 			continue
 		}
 		t := &txn{c: c}
-		if !blind && ahead != nil {
+		// After a blind transition, reads ahead may predate its writes,
+		// but not writes ahead: none of those transitions creates runs.
+		if ahead != nil && (!blind || wrote) {
 			t.first = ahead[i]
 		}
 		err := cl.fn(t)
 		if errors.Is(err, errStale) {
+			if wrote {
+				return notRecorded(err)
+			}
 			t = &txn{c: c}
 			err = cl.fn(t)
 		}
@@ -247,8 +262,10 @@ func (s *Store) shared(group []*call, results []error) error {
 		case err == nil:
 			c.queue(&t.writes)
 			out = append(out, t.out...)
-		case sentinel(err):
+		case sentinel(err) && !wrote:
 			results[i] = err
+		case sentinel(err):
+			return notRecorded(err)
 		default:
 			return fmt.Errorf("%w: %w", errNotCommitted, s.abort(ctx, conn, err))
 		}

@@ -455,3 +455,93 @@ func TestHistoriesTogether(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestMergedCreates creates runs as one group, whose inserts go ahead as
+// one statement: each new run is created once, with its first advance
+// when it has one; of an id given twice in the group, one call creates
+// it and the other gets it as it is; an id that exists is returned
+// unchanged.
+func TestMergedCreates(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	s := openOn(t, dsn, &postgres.Options{Schema: schema, Writers: 1})
+	ctx := t.Context()
+	for _, id := range []string{"r0", "old"} {
+		if _, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := postgres.Merged(s)
+	type result struct {
+		lease   reprise.RunLease
+		created bool
+	}
+	var mu sync.Mutex
+	results := map[string]result{}
+	create := func(name, id string, first bool) func() error {
+		return func() error {
+			p := &reprise.RunCreateParams{ID: id, Workflow: "wf", Input: json.RawMessage(`"` + name + `"`), Owner: "e1", LeaseTTL: time.Hour}
+			if first {
+				p.First = &reprise.RunAdvanceParams{LeaseOwner: "w1", LeaseTTL: time.Hour, Steps: []reprise.StepSpec{{
+					Position: 1, Name: "s", IdempotencyKey: id + "/1", PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`), Lease: true,
+				}}}
+			}
+			lease, created, err := s.RunCreate(ctx, p)
+			mu.Lock()
+			results[name] = result{lease, created}
+			mu.Unlock()
+			return err
+		}
+	}
+	got := inGroup(t, s, dsn, schema, map[string]func() error{
+		"a":    create("a", "a", true),
+		"b":    create("b", "b", true),
+		"c":    create("c", "c", false),
+		"dup1": create("dup1", "dup", false),
+		"dup2": create("dup2", "dup", false),
+		"old":  create("old", "old", false),
+	})
+	for name, err := range got {
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// The inserts go as one statement; the writes after them merge as far
+	// as the reads in turn (of the existing ids) let them.
+	if n := postgres.Merged(s) - before; n < 1 {
+		t.Errorf("%d merged statements, want at least 1 (the inserts)", n)
+	}
+	for _, id := range []string{"a", "b"} {
+		r := results[id]
+		if !r.created || r.lease.Advanced == nil || len(r.lease.Advanced.Tasks) != 1 || r.lease.Run.Status != reprise.RunRunning {
+			t.Errorf("%s: %+v", id, r)
+			continue
+		}
+		checkHistory(t, s, id, reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted)
+		task := must[*reprise.Task](t)(s.TaskGet(ctx, r.lease.Advanced.Tasks[0].ID))
+		if task.RunID != id || task.Token != 1 {
+			t.Errorf("%s: leased task %+v", id, task)
+		}
+	}
+	if r := results["c"]; !r.created || r.lease.Token != 1 {
+		t.Errorf("c: %+v", r)
+	}
+	checkHistory(t, s, "c", reprise.EventRunStarted)
+	d1, d2 := results["dup1"], results["dup2"]
+	if d1.created == d2.created {
+		t.Errorf("dup created by both or neither: %v, %v", d1.created, d2.created)
+	}
+	won := d1
+	if d2.created {
+		won = d2
+	}
+	stored := must[*reprise.Run](t)(s.RunGet(ctx, "dup"))
+	if string(stored.Input) != string(won.lease.Run.Input) {
+		t.Errorf("dup: stored input %s, created by the call with %s", stored.Input, won.lease.Run.Input)
+	}
+	checkHistory(t, s, "dup", reprise.EventRunStarted)
+	if r := results["old"]; r.created || r.lease.Token != 0 || string(r.lease.Run.Input) != "" {
+		t.Errorf("old: %+v, want the existing run, unchanged", r)
+	}
+	checkHistory(t, s, "old", reprise.EventRunStarted)
+}

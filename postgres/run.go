@@ -75,7 +75,16 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		lease   reprise.RunLease
 		created bool
 	)
-	err := s.txOwning(ctx, nil, func(tx *txn) error {
+	insert := createRead(s.clock(), p)
+	var reads []*aheadRead
+	if p.ParentID == "" && (first == nil || len(first.Completed) == 0) {
+		// A run without a parent is inserted ahead, with the group's
+		// other inserts; one with a parent updates its parent first.
+		// Handed results would be read after it, and could fail the
+		// transition after it wrote.
+		reads = []*aheadRead{insert}
+	}
+	err := s.txOwning(ctx, reads, func(tx *txn) error {
 		created = false // tx may run this again
 		// The only runs it writes to (ahead.go).
 		if err := tx.own(p.ID, p.ParentID); err != nil {
@@ -93,18 +102,10 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 				return err
 			}
 		}
-		run, err := scanRun(tx.QueryRow(ctx, `
-			INSERT INTO reprise_run (id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at,
-				parent_id, parent_position, parent_execution)
-			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,
-				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now, $7, $8, $9
-			FROM (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) c
-			ON CONFLICT (id) DO NOTHING
-			RETURNING `+runColumns+`, token`,
-			s.clock(), p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL,
-			p.ParentID, p.ParentPosition, p.ParentExecution), &lease.Token)
+		run, err := scanRun(tx.QueryRow(ctx, insert.sql, insert.args...), &lease.Token)
 		if errors.Is(err, pgx.ErrNoRows) {
-			// The id exists: return that run as it is.
+			// The id exists (inserted ahead, by another transition of the
+			// group too): return that run as it is.
 			run, err = scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, p.ID))
 			lease = reprise.RunLease{Run: run}
 			return err
@@ -128,7 +129,15 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		lease.Run = run
 		if first != nil {
 			first.Token = lease.Token
-			if lease.Advanced, err = s.advance(ctx, tx, first); err != nil {
+			// The new run is locked, and what its row says is known; a run
+			// with a parent is read with it (the parent's head, if the
+			// advance ends the run).
+			var known *lockedRun
+			if p.ParentID == "" {
+				known = &lockedRun{runHead: h, token: lease.Token, status: reprise.RunPending, workflow: run.Workflow}
+				h.owner = p.Owner
+			}
+			if lease.Advanced, err = s.advance(ctx, tx, first, known, run.CreatedAt); err != nil {
 				return err
 			}
 			advanced(run, first.Finish, lease.Advanced.Events)
@@ -139,6 +148,45 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		return reprise.RunLease{}, false, fmt.Errorf("create run %q: %w", p.ID, err)
 	}
 	return lease, created, nil
+}
+
+// createRead is RunCreate's insert of the run, which a group may send
+// ahead: it returns the new run, or nothing if the id exists.
+func createRead(clock any, p *reprise.RunCreateParams) *aheadRead {
+	const columns = `id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at,
+		parent_id, parent_position, parent_execution`
+	return &aheadRead{
+		sql: `
+			INSERT INTO reprise_run (` + columns + `)
+			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,
+				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now, $7, $8, $9
+			FROM (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) c
+			ON CONFLICT (id) DO NOTHING
+			RETURNING ` + runColumns + `, token`,
+		args:  []any{clock, p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL, p.ParentID, p.ParentPosition, p.ParentExecution},
+		types: []string{"timestamptz", "text", "text", "text", "text", "interval", "text", "int", "int"},
+		// Rows in the order of the arrays: of an id given twice, the first
+		// is inserted, and the row is the first's (DISTINCT ON).
+		set: `
+			WITH c AS (SELECT statement_timestamp() AS now),
+			q AS MATERIALIZED (
+				SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[],
+					$7::text[], $8::int[], $9::int[]) WITH ORDINALITY
+					AS q(at, id, workflow, input, owner, ttl, parent_id, parent_position, parent_execution, i)),
+			inserted AS (
+				INSERT INTO reprise_run (` + columns + `)
+				SELECT id, workflow, 'pending', input::json, owner, CASE WHEN owner = '' THEN 0 ELSE 1 END,
+					CASE WHEN owner = '' THEN NULL ELSE coalesce(at, c.now) + ttl END, 1, coalesce(at, c.now),
+					coalesce(at, c.now), parent_id, parent_position, parent_execution
+				FROM q, c
+				ORDER BY i
+				ON CONFLICT (id) DO NOTHING
+				RETURNING ` + runColumns + `, token)
+			SELECT DISTINCT ON (inserted.id) q.i, inserted.*
+			FROM inserted JOIN q ON q.id = inserted.id
+			ORDER BY inserted.id, q.i`,
+		writes: true,
+	}
 }
 
 // advanced brings a new run up to date with its first advance.
