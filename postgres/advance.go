@@ -435,20 +435,27 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 		SELECT run_id, id, position FROM tasks`,
 		append(args, runs, executions, nows, r.pos, r.step, r.input, r.key, r.policy, r.timeout, r.owner, r.leaseUntil)...)
 	qq.Query(func(rows pgx.Rows) error {
+		defer rows.Close()
 		var (
-			run string
 			id  int64
 			pos int
 		)
-		_, err := pgx.ForEachRow(rows, []any{&run, &id, &pos}, func() error {
+		for rows.Next() {
+			// Merged, the rows are those of every advance in the
+			// statement: only this run's are scanned.
+			if string(rows.RawValues()[0]) != h.id {
+				continue
+			}
+			if err := rows.Scan(nil, &id, &pos); err != nil {
+				return err
+			}
 			for _, t := range leased {
-				if run == h.id && t.Position == pos {
+				if t.Position == pos {
 					t.ID = id
 				}
 			}
-			return nil
-		})
-		return err
+		}
+		return rows.Err()
 	})
 	markMergeable(qq)
 }
