@@ -103,7 +103,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 			return nil, err
 		}
 		if run.owner != "" {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner})
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner, Seq: run.lastSeq})
 		}
 		markMergeable(a.queueWith(b, []*runHead{run.runHead}, final, args...))
 	}

@@ -120,7 +120,7 @@ func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below [
 		}
 		c.status = reprise.RunCancelled
 		if c.owner != "" {
-			out.add(Notice{Kind: NoticeOutcome, RunID: c.id, Owner: c.owner})
+			out.add(Notice{Kind: NoticeOutcome, RunID: c.id, Owner: c.owner, Seq: c.lastSeq})
 		}
 	}
 	b.Queue(`
@@ -147,7 +147,7 @@ func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status rep
 	if err := a.add(parent.runHead, e); err != nil {
 		return nil, err
 	}
-	out.add(Notice{Kind: NoticeOutcome, RunID: parent.id, Owner: parent.owner})
+	out.add(Notice{Kind: NoticeOutcome, RunID: parent.id, Owner: parent.owner, Seq: parent.lastSeq})
 	return &reprise.Outcome{RunID: parent.id, Owner: parent.owner, Events: a.eventsOf(parent.runHead)}, nil
 }
 
@@ -185,7 +185,7 @@ func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*rep
 		}
 		markMergeable(a.queueWith(b, []*runHead{r.runHead}, final, args...))
 		if r.owner != "" {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner})
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
 		}
 		queueRun(b, r.id, &run)
 		return nil

@@ -116,7 +116,8 @@ func TestAdvanceThatEnds(t *testing.T) {
 
 // TestNoticesOfFeatures checks the notices of the grown Store: a child
 // run is ready to claim, its end is an outcome for its parent's owner, a
-// signal is an outcome, and a redriven run is ready to claim.
+// signal is an outcome, and a redriven run is ready to claim. An outcome
+// says the seq of the last event it appended (Notice.Seq).
 func TestNoticesOfFeatures(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testSchema(t)
@@ -152,8 +153,8 @@ func TestNoticesOfFeatures(t *testing.T) {
 	}
 	got := []postgres.Notice{next(t, notices), next(t, notices)}
 	want := map[postgres.Notice]bool{
-		{Kind: postgres.NoticeOutcome, RunID: "c", Owner: "e2"}: true,
-		{Kind: postgres.NoticeOutcome, RunID: "p", Owner: "e1"}: true,
+		{Kind: postgres.NoticeOutcome, RunID: "c", Owner: "e2", Seq: 2}: true, // RunCompleted
+		{Kind: postgres.NoticeOutcome, RunID: "p", Owner: "e1", Seq: 3}: true, // ChildCompleted
 	}
 	for _, n := range got {
 		if !want[n] {
@@ -163,7 +164,7 @@ func TestNoticesOfFeatures(t *testing.T) {
 	}
 
 	must[*reprise.Outcome](t)(s.SignalSend(ctx, &reprise.SignalSendParams{RunID: "p", Name: "go"}))
-	expect("a signal", postgres.Notice{Kind: postgres.NoticeOutcome, RunID: "p", Owner: "e1"})
+	expect("a signal", postgres.Notice{Kind: postgres.NoticeOutcome, RunID: "p", Owner: "e1", Seq: 4})
 }
 
 // TestParentAndChildEndTogether ends parents and their children at once,

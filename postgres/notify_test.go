@@ -110,11 +110,13 @@ func TestListen(t *testing.T) {
 	}
 
 	// A result is an outcome for the run's owner.
-	if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks[1].ID, Token: tasks[1].Token, Output: json.RawMessage(`1`)}); err != nil {
+	// It says the seq of the event it appended.
+	o, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks[1].ID, Token: tasks[1].Token, Output: json.RawMessage(`1`)})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if n := next(t, notices); n.Kind != postgres.NoticeOutcome || n.RunID != "r" || n.Owner != "e1" {
-		t.Errorf("after a result: %+v", n)
+	if n := next(t, notices); n.Kind != postgres.NoticeOutcome || n.RunID != "r" || n.Owner != "e1" || n.Seq != o.Events[len(o.Events)-1].Seq {
+		t.Errorf("after a result: %+v, outcome %+v", n, o.Events)
 	}
 
 	// Kill the listener's connection: it reconnects, says so, and hears

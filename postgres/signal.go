@@ -24,7 +24,7 @@ func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*r
 			return err
 		}
 		a.queue(&tx.writes)
-		tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner})
+		tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
 		o = &reprise.Outcome{RunID: r.id, Owner: r.owner, Events: a.events}
 		return nil
 	})

@@ -292,7 +292,7 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 		markMergeable(a.queueWith(&tx.writes, []*runHead{t.run}, advanceHeads+`
 			DELETE FROM reprise_task WHERE id = ANY($10::bigint[])`,
 			append(headsArgs(t.run), []int64{t.id})...))
-		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
+		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
 	})
@@ -385,7 +385,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
 					attempt = excluded.attempt, seq = excluded.seq`,
 				append(headsArgs(t.run), []int64{t.id}, []int64{t.run.lastSeq})...))
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner})
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		}
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil

@@ -87,7 +87,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		b.Queue(`DELETE FROM reprise_timer WHERE id = ANY($1)`, ids)
 		a.queue(b)
 		for _, h := range order {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner})
+			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner, Seq: h.lastSeq})
 			outcomes = append(outcomes, &reprise.Outcome{RunID: h.id, Owner: h.owner, Events: a.eventsOf(h)})
 		}
 		return nil
