@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,7 +98,7 @@ func (a *appender) queue(b *pgx.Batch, updated ...*runHead) {
 		a.queueEvents(b)
 		return
 	}
-	markMergeable(b.Queue(`WITH appended AS (`+insertEvents+`)`+advanceHeads+` SELECT`,
+	markMergeable(b.Queue(withEvents(advanceHeads+` SELECT`),
 		append([]any{a.runID, a.seq, a.typ, a.execution, a.at, a.data}, headsArgs(rest...)...)...))
 }
 
@@ -130,7 +131,7 @@ func (a *appender) queueEvents(b *pgx.Batch) {
 // their own. One statement instead of several: each costs the server more
 // to start than these small writes cost to run.
 func (a *appender) queueWith(b *pgx.Batch, updated []*runHead, final string, args ...any) *pgx.QueuedQuery {
-	qq := b.Queue(`WITH appended AS (`+insertEvents+`)`+final,
+	qq := b.Queue(withEvents(final),
 		append([]any{a.runID, a.seq, a.typ, a.execution, a.at, a.data}, args...)...)
 	if rest := a.rest(updated); len(rest) > 0 {
 		markMergeable(b.Queue(`
@@ -141,6 +142,20 @@ func (a *appender) queueWith(b *pgx.Batch, updated []*runHead, final string, arg
 	}
 	return qq
 }
+
+// withEvents returns the statement that inserts an appender's events and
+// runs final. The texts are few, and each is made once, not once per
+// transition (the statements are long, and transitions many).
+func withEvents(final string) string {
+	if v, ok := withEventsSQL.Load(final); ok {
+		return v.(string)
+	}
+	v := `WITH appended AS (` + insertEvents + `)` + final
+	withEventsSQL.Store(final, v)
+	return v
+}
+
+var withEventsSQL sync.Map // final → statement
 
 // advanceHeads opens the final statement of appender.queueWith with the
 // update of runs' heads, whose parameters (headsArgs, arrays) are $7 to

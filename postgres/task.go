@@ -255,22 +255,30 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired,
 
 // lockTaskRead is lockTask's read, which a group may send ahead.
 func lockTaskRead(clock any, id int64, full bool) *aheadRead {
-	var more string
+	sql := lockTaskSQL
 	if full {
-		more = `, input, idempotency_key, policy, timeout, first_started_at, base, lapses`
+		sql = lockTaskFullSQL
 	}
-	return &aheadRead{sql: `
+	return &aheadRead{sql: sql, args: []any{clock, id}, types: []string{"timestamptz", "bigint"}}
+}
+
+// lockTaskSQL is lockTask's read, and lockTaskFullSQL the one that also
+// reads what the next attempt's lease needs.
+const (
+	lockTaskSQL     = lockTaskHead + lockTaskTail
+	lockTaskFullSQL = lockTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base, lapses` + lockTaskTail
+	lockTaskHead    = `
 		WITH r AS (
 			SELECT id AS head_id, last_seq, updated_at, owner AS run_owner FROM reprise_run
 			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
 			FOR UPDATE)
 		SELECT run_id, execution, position, step, attempt, token, owner, lease_until,
-			last_seq, updated_at, run_owner, coalesce($1::timestamptz, statement_timestamp())` + more + `
+			last_seq, updated_at, run_owner, coalesce($1::timestamptz, statement_timestamp())`
+	lockTaskTail = `
 		FROM r JOIN reprise_task ON run_id = head_id
 		WHERE id = $2
-		FOR UPDATE OF reprise_task`,
-		args: []any{clock, id}, types: []string{"timestamptz", "bigint"}}
-}
+		FOR UPDATE OF reprise_task`
+)
 
 // TaskComplete records an attempt's result: appends StepCompleted and
 // removes the task.
