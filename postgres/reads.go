@@ -80,8 +80,7 @@ func (s *Store) readHistory(ctx context.Context, p *reprise.HistoryListParams) (
 
 // leadReads runs the queued reads, up to maxReads, as one statement and
 // wakes their callers; then hands the lead to the oldest read still
-// queued, or gives it up. ctx is the leader's; the reads of the others
-// must not end with it.
+// queued, or gives it up. ctx is the leader's.
 func (s *Store) leadReads(ctx context.Context) {
 	h := &s.reads
 	h.mu.Lock()
@@ -91,7 +90,11 @@ func (s *Store) leadReads(ctx context.Context) {
 	h.mu.Unlock()
 
 	if len(reads) > 0 {
-		s.histories(context.WithoutCancel(ctx), reads)
+		// No caller's context may cancel the others' reads; a server that
+		// stops answering still ends them.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
+		s.histories(ctx, reads)
+		cancel()
 		for _, r := range reads {
 			r.wake <- false
 		}
