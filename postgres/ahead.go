@@ -150,7 +150,7 @@ func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
 //
 // Each run is a lateral subquery that locks rows: one that locks cannot be
 // flattened into a join, so every run is a lookup by key, whatever the
-// plan cached for the statement (see appender.queue).
+// plan cached for the statement (see poolConfig).
 func merged(text string, types []string) string {
 	key := mergedKey{text, strings.Join(types, ",")}
 	if v, ok := mergedSQL.Load(key); ok {

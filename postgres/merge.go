@@ -20,13 +20,14 @@ import (
 // its arguments are arrays, each row of which writes on its own, so that
 // the joined statement writes what the statements would have one after
 // the other; and if it returns rows that its transition reads, each row
-// says which run it is for, and the transition reads only its own: each
-// reads all the rows of the joined statement. The writes
-// that go together belong to transitions that lock different runs (ahead.go:
-// a transition that locks a run an earlier one holds reads, and so sends
-// what is queued, before it writes), so that the statements of different
-// transitions may run in any order; the statements of each transition keep
-// theirs.
+// says which run it is for, and the transition reads only its own (each
+// is handed all the rows of the joined statement).
+//
+// The writes that go together belong to transitions that lock different
+// runs (ahead.go: a transition that locks a run an earlier one holds reads
+// again, which sends what is queued, before it writes), so the statements
+// of different transitions may run in any order; the statements of each
+// transition keep theirs.
 
 var mergeableSQL sync.Map // statement text → true
 
