@@ -48,6 +48,12 @@ func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
 // a task whose run another transaction holds (say, one recording a sibling
 // step's result) is left for the next claim. Because a claim never waits it
 // cannot deadlock with the transactions that lock a run before its tasks.
+//
+// Each task's run is locked by a lateral lookup beside the task, so that no
+// step of the statement joins two of its own lists of rows: planned as
+// nested loops (their sizes unknown to a generic plan), such joins compared
+// every run id with every other, 7,500 text comparisons and 10 ms for a
+// claim of 87 tasks.
 func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*reprise.Task, error) {
 	if p.Owner == "" {
 		return nil, errors.New("claim tasks: owner is required")
@@ -83,21 +89,21 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 					FOR UPDATE SKIP LOCKED) x
 				ORDER BY picked_ready, picked_id
 				LIMIT $4),
-			runs AS (
-				SELECT id AS head_id, last_seq, updated_at FROM reprise_run
-				WHERE id IN (SELECT picked_run FROM picked)
-				ORDER BY id
-				FOR UPDATE SKIP LOCKED),
+			locked AS (
+				SELECT picked.*, r.last_seq, r.updated_at FROM picked CROSS JOIN LATERAL (
+					SELECT last_seq, updated_at FROM reprise_run
+					WHERE id = picked_run
+					FOR UPDATE SKIP LOCKED) r),
 			heads AS (
 				UPDATE reprise_run r SET last_seq = r.last_seq + n.started, updated_at = greatest(r.updated_at, c.now)
-				FROM (SELECT picked_run, count(*) AS started FROM picked GROUP BY picked_run) n, runs, c
-				WHERE head_id = n.picked_run AND r.id = head_id)
-			UPDATE reprise_task SET attempt = attempt + 1, token = token + 1, owner = $5,
-				started_at = c.now, first_started_at = coalesce(first_started_at, c.now),
-				lease_until = c.now + CASE WHEN timeout > '0' AND timeout < $6::interval THEN timeout ELSE $6::interval END
-			FROM picked, runs, c
-			WHERE id = picked_id AND head_id = picked_run
-			RETURNING `+taskColumns+`, last_seq, updated_at, c.now, picked_ready`,
+				FROM (SELECT picked_run, count(*) AS started FROM locked GROUP BY picked_run) n, c
+				WHERE r.id = n.picked_run)
+			UPDATE reprise_task t SET attempt = t.attempt + 1, token = t.token + 1, owner = $5,
+				started_at = c.now, first_started_at = coalesce(t.first_started_at, c.now),
+				lease_until = c.now + CASE WHEN t.timeout > '0' AND t.timeout < $6::interval THEN t.timeout ELSE $6::interval END
+			FROM locked, c
+			WHERE t.id = locked.picked_id
+			RETURNING `+taskColumns+`, locked.last_seq, locked.updated_at, c.now, picked_ready`,
 			s.clock(), steps, limits, total, p.Owner, p.LeaseTTL)
 		if err != nil {
 			return err
