@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -23,11 +21,11 @@ import (
 // read, and share one COMMIT: n transitions cost n+1 round trips and one
 // flush.
 //
-// There is no committer goroutine. A caller that finds fewer than
-// Options.Writers groups running leads one: it takes every queued
-// transition (up to maxGroup), runs them, commits, hands each caller its
-// result, and passes the lead to the oldest transition queued meanwhile.
-// The others wait in the queue.
+// There is no committer goroutine (see leadQueue). A caller that finds
+// fewer than Options.Writers groups running leads one: it takes every
+// queued transition (up to maxGroup), runs them, commits, hands each caller
+// its result, and passes the lead to the oldest transition queued
+// meanwhile. The others wait in the queue.
 //
 // A transition that returns a sentinel error (reprise.ErrNotFound,
 // ErrLeaseLost, ErrRunFinished, ErrNotRedrivable) has changed nothing, by
@@ -38,13 +36,7 @@ import (
 // which also tries again after a deadlock), so that one bad transition never
 // costs the others their work. A break after COMMIT was sent is every
 // transition's error, as it is for a transition alone.
-type committer struct {
-	writers int
-
-	mu      sync.Mutex
-	queue   []*call
-	leaders int // groups running
-}
+type committer = leadQueue[*call]
 
 // maxGroup bounds a group, so that the first transition in it does not
 // wait for too many others.
@@ -64,10 +56,9 @@ const groupTimeout = time.Minute
 
 // A call is one transition waiting for its group.
 type call struct {
-	ctx    context.Context
-	fn     func(*txn) error
-	wake   chan error // errLead, then the transition's result
-	leader bool       // leads, or was handed the lead; may no longer leave the queue
+	ctx context.Context
+	fn  func(*txn) error
+	err error // its result, once its group has run
 
 	// owns says that fn records every run it locks with txn.own, and
 	// first are its first reads, in order, to send ahead (none: not
@@ -75,9 +66,6 @@ type call struct {
 	owns  bool
 	first []*aheadRead
 }
-
-// errLead tells a queued caller that it leads the next group.
-var errLead = errors.New("lead the next group")
 
 // tx runs fn as one transition, in a transaction shared with the
 // transitions that arrive together with it, and returns fn's error once
@@ -98,82 +86,22 @@ func (s *Store) txOwning(ctx context.Context, first []*aheadRead, fn func(*txn) 
 
 // run queues cl for its group, and returns its result.
 func (s *Store) run(cl *call) error {
-	c, ctx := &s.committer, cl.ctx
-	cl.wake = make(chan error, 1)
-	c.mu.Lock()
-	c.queue = append(c.queue, cl)
-	lead := c.leaders < c.writers
-	if lead {
-		c.leaders++
-		cl.leader = true
+	if err := s.committer.do(cl.ctx, cl, s.runGroup); err != nil {
+		return err
 	}
-	c.mu.Unlock()
-
-	if !lead {
-		var err error
-		select {
-		case err = <-cl.wake:
-		case <-ctx.Done():
-			if c.leave(cl) {
-				return context.Cause(ctx)
-			}
-			err = <-cl.wake
-		}
-		if err != errLead {
-			return err
-		}
-	}
-	s.lead()
-	return <-cl.wake
+	return cl.err
 }
 
-// leave takes a waiting call out of the queue, unless a leader took it or
-// it was handed the lead.
-func (c *committer) leave(cl *call) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	i := slices.Index(c.queue, cl)
-	if i < 0 || cl.leader {
-		return false
+// runGroup runs the calls of a group and sets their results.
+func (s *Store) runGroup(group []*call) {
+	results := s.results(group)
+	for i, cl := range group {
+		cl.err = results[i]
 	}
-	c.queue = slices.Delete(c.queue, i, i+1)
-	return true
 }
 
-// lead runs one group: the queued calls, up to maxGroup (none, if another
-// leader took them). Then it hands the lead to the oldest call still queued
-// that was not handed it yet, or gives it up.
-func (s *Store) lead() {
-	c := &s.committer
-	c.mu.Lock()
-	n := min(len(c.queue), maxGroup)
-	group := c.queue[:n]
-	c.queue = slices.Clone(c.queue[n:])
-	c.mu.Unlock()
-
-	if len(group) > 0 {
-		results := s.runGroup(group)
-		for i, cl := range group {
-			cl.wake <- results[i]
-		}
-	}
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, next := range c.queue {
-		// With several writers, a call may have been handed the lead by
-		// another and not taken it up yet.
-		if !next.leader {
-			next.leader = true
-			next.wake <- errLead
-			return
-		}
-	}
-	c.leaders--
-}
-
-// runGroup runs the calls and returns their results.
-func (s *Store) runGroup(group []*call) []error {
+// results runs the calls of a group and returns their results.
+func (s *Store) results(group []*call) []error {
 	results := make([]error, len(group))
 	if len(group) == 1 {
 		results[0] = s.alone(group[0].ctx, group[0].fn)

@@ -12,9 +12,7 @@ func Merged(s *Store) int64 { return s.merged.Load() }
 
 // QueuedTransitions returns how many transitions wait for a group.
 func QueuedTransitions(s *Store) int {
-	s.committer.mu.Lock()
-	defer s.committer.mu.Unlock()
-	return len(s.committer.queue)
+	return s.committer.waiting()
 }
 
 // Histories reads the histories of ps in one statement, as HistoryList

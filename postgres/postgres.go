@@ -89,7 +89,8 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		now:     o.Now,
 		log:     o.Logger,
 	}
-	s.committer.writers = o.Writers
+	s.committer.leaders, s.committer.size = o.Writers, maxGroup
+	s.reads.leaders, s.reads.size = maxReaders, maxReads
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}

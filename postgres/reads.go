@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
-	"sync"
 
 	"reprise"
 )
@@ -14,10 +12,9 @@ import (
 // waits on whenever the run may have moved, so HistoryList is the store's
 // most frequent call: most of those reads find nothing new, and each cost
 // the server a statement. The reads that arrive while others are running
-// wait, as transitions do for their group (commit.go), and the next
-// free reader runs all of them as one statement. There is no goroutine of
-// its own: the caller that finds a reader free leads, and hands the lead to
-// the oldest waiting caller when done. A read alone is run at once.
+// wait, as transitions do for their group (commit.go, leadQueue), and the
+// next free reader runs all of them as one statement. A read alone is run
+// at once.
 
 // maxReaders is how many history statements run at once, and maxReads how
 // many reads one serves at most.
@@ -27,89 +24,30 @@ const (
 )
 
 // historyReads is the queue of history reads that wait for a reader.
-type historyReads struct {
-	mu      sync.Mutex
-	queue   []*historyRead
-	leaders int
-}
+type historyReads = leadQueue[*historyRead]
 
 // A historyRead is one HistoryList call.
 type historyRead struct {
 	p      *reprise.HistoryListParams
 	events []reprise.Event
 	err    error
-	wake   chan bool // true: lead the next statement; false: done
-	leader bool
 }
 
 // readHistory returns the events of p's run after p.AfterSeq, in order,
 // and ErrNotFound for no run.
 func (s *Store) readHistory(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
-	h := &s.reads
-	r := &historyRead{p: p, wake: make(chan bool, 1)}
-	h.mu.Lock()
-	h.queue = append(h.queue, r)
-	lead := h.leaders < maxReaders
-	if lead {
-		h.leaders++
-		r.leader = true
-	}
-	h.mu.Unlock()
-	if !lead {
-		select {
-		case lead = <-r.wake:
-		case <-ctx.Done():
-			h.mu.Lock()
-			i := slices.Index(h.queue, r)
-			if i >= 0 && !r.leader {
-				h.queue = slices.Delete(h.queue, i, i+1)
-				h.mu.Unlock()
-				return nil, context.Cause(ctx)
-			}
-			h.mu.Unlock()
-			lead = <-r.wake
-		}
-		if !lead {
-			return r.events, r.err
-		}
-	}
-	s.leadReads(ctx)
-	<-r.wake
-	return r.events, r.err
-}
-
-// leadReads runs the queued reads, up to maxReads, as one statement and
-// wakes their callers; then hands the lead to the oldest read still
-// queued, or gives it up. ctx is the leader's.
-func (s *Store) leadReads(ctx context.Context) {
-	h := &s.reads
-	h.mu.Lock()
-	n := min(len(h.queue), maxReads)
-	reads := h.queue[:n]
-	h.queue = slices.Clone(h.queue[n:])
-	h.mu.Unlock()
-
-	if len(reads) > 0 {
+	r := &historyRead{p: p}
+	err := s.reads.do(ctx, r, func(reads []*historyRead) {
 		// No caller's context may cancel the others' reads; a server that
 		// stops answering still ends them.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
+		defer cancel()
 		s.histories(ctx, reads)
-		cancel()
-		for _, r := range reads {
-			r.wake <- false
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
-
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, next := range h.queue {
-		if !next.leader {
-			next.leader = true
-			next.wake <- true
-			return
-		}
-	}
-	h.leaders--
+	return r.events, r.err
 }
 
 // histories reads the histories of reads in one statement and sets each
