@@ -180,7 +180,7 @@ func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Dura
 // sleeps of 1 ms, each against its planned end. A retry cannot start
 // earlier than its engine is woken, so this is the floor under retry
 // lateness; on a shared virtual machine it is far from zero.
-func SleepJitter(n int) Lateness {
+func SleepJitter(n int) (p50, p99, most time.Duration) {
 	late := make([]time.Duration, n)
 	for i := range late {
 		start := time.Now()
@@ -188,7 +188,7 @@ func SleepJitter(n int) Lateness {
 		late[i] = time.Since(start) - time.Millisecond
 	}
 	slices.Sort(late)
-	return Lateness{Retries: n, P50: pct(late, 50), P99: pct(late, 99), Max: late[n-1]}
+	return pct(late, 50), pct(late, 99), late[n-1]
 }
 
 // Parked is the memory cost of runs waiting in backoff.

@@ -62,8 +62,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			res, err := bench.RunLateness(ctx, e, *lateness, 2*time.Second)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "retry lateness, backoffs spread over 1-2s:", res)
-				j := bench.SleepJitter(1000)
-				fmt.Fprintf(stdout, "%-56s p50 %v p99 %v max %v\n", "  the machine's own lateness, waking from 1 ms sleeps:", j.P50, j.P99, j.Max)
+				p50, p99, most := bench.SleepJitter(1000)
+				fmt.Fprintf(stdout, "%-56s p50 %v p99 %v max %v\n", "  the machine's own lateness, waking from 1 ms sleeps:", p50, p99, most)
 			}
 			return err
 		})
