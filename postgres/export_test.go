@@ -12,7 +12,9 @@ func Merged(s *Store) int64 { return s.merged.Load() }
 
 // QueuedTransitions returns how many transitions wait for a group.
 func QueuedTransitions(s *Store) int {
-	return s.committer.waiting()
+	s.committer.mu.Lock()
+	defer s.committer.mu.Unlock()
+	return len(s.committer.queue)
 }
 
 // Histories reads the histories of ps in one statement, as HistoryList

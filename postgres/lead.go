@@ -107,10 +107,3 @@ func (q *leadQueue[T]) lead(serve func([]T)) {
 	}
 	q.leading--
 }
-
-// waiting returns how many calls wait for a batch.
-func (q *leadQueue[T]) waiting() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.queue)
-}
