@@ -40,8 +40,9 @@ type Config struct {
 	// match wins; a policy given where the step is defined or called wins
 	// over these. Default: none.
 	Policies map[string]retry.Policy
-	// MaxConcurrentSteps caps the attempts this engine runs at once.
-	// Default: 100.
+	// MaxConcurrentSteps caps the attempts this engine runs at once (in
+	// step code). An attempt's outcome is written after it leaves its slot,
+	// so an engine holds up to four times as many leases. Default: 100.
 	MaxConcurrentSteps int
 	// LeaseTTL is how long an attempt's lease lasts between heartbeats; a
 	// worker that dies is noticed this long after. Default: 30 s.
@@ -79,8 +80,13 @@ type Engine struct {
 	remote    map[string]*stepEntry
 	runners   map[string]*runner
 	waiters   map[string][]chan *Run
-	attempts  map[int64]*attempt
-	perStep   map[string]int
+	// attempts are the leases this engine holds; inSlots and perStep
+	// count those in slots, waiting the retries waiting for one (see
+	// heldPerSlot).
+	attempts map[int64]*attempt
+	inSlots  int
+	perStep  map[string]int
+	waiting  []*attempt
 	// reserved counts room held for steps being leased as they are
 	// scheduled (see reserve), in all and by step name.
 	reserved   int
@@ -529,6 +535,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
 	e.running = false
 	e.mu.Unlock()
+	e.dropWaiting()
 	e.stopRuns(ErrShutdown)
 	e.runnersWG.Wait()
 	// Hand the runs over at once rather than when their leases lapse.

@@ -30,8 +30,20 @@ func (g *gauge) enter() {
 
 func (g *gauge) exit() { g.now.Add(-1) }
 
+// TestConcurrencyLimits: neither the engine's nor a step's limit is passed,
+// also when retries at once are leased with their predecessors' failures
+// and must wait for a slot.
 func TestConcurrencyLimits(t *testing.T) {
 	t.Parallel()
+	for _, fails := range []int{0, 2} {
+		t.Run(fmt.Sprintf("fails=%d", fails), func(t *testing.T) {
+			t.Parallel()
+			testConcurrencyLimits(t, fails)
+		})
+	}
+}
+
+func testConcurrencyLimits(t *testing.T, fails int) {
 	var limited, all gauge
 	work := func(g ...*gauge) func(context.Context, int) (int, error) {
 		return func(ctx context.Context, n int) (int, error) {
@@ -42,11 +54,15 @@ func TestConcurrencyLimits(t *testing.T) {
 			for _, x := range g {
 				x.exit()
 			}
+			if info, _ := reprise.StepInfoFrom(ctx); info.Attempt <= fails {
+				return 0, errors.New("not yet")
+			}
 			return n, nil
 		}
 	}
-	narrow := reprise.NewStep("narrow", work(&limited, &all), reprise.WithConcurrency(2))
-	wide := reprise.NewStep("wide", work(&all))
+	policy := reprise.WithPolicyText("[retry: 5, backoff: 0s]")
+	narrow := reprise.NewStep("narrow", work(&limited, &all), reprise.WithConcurrency(2), policy)
+	wide := reprise.NewStep("wide", work(&all), policy)
 	wf := reprise.NewWorkflow("fan-out", func(ctx context.Context, _ int) (int, error) {
 		var fs []*reprise.Future[int]
 		for i := range 12 {

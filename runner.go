@@ -612,10 +612,7 @@ func (r *runner) advanced(adv *Advanced, reserved []string) {
 	clear(r.steps)
 	r.steps, r.timers, r.markers, r.children, r.cancels = r.steps[:0], r.timers[:0], r.markers[:0], r.children[:0], r.cancels[:0]
 	r.apply(adv.Events)
-	for _, t := range adv.Tasks {
-		r.e.startAttempt(t)
-	}
-	r.e.unreserve(reserved)
+	r.e.startAttempts(adv.Tasks, reserved)
 	if children {
 		r.e.claimSoon() // this engine may run the children itself
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"reprise/retry"
 )
 
-// attempt is a step attempt running in this engine.
+// attempt is a step attempt leased to this engine.
 type attempt struct {
 	task   *Task
 	ctx    context.Context
@@ -22,7 +23,23 @@ type attempt struct {
 	// the engine cancelling it. A cancelled step is expected back soon, so
 	// it counts as busy until it returns (see Activity).
 	stopping atomic.Bool
+	// inSlot says that the attempt holds one of the engine's slots;
+	// stopBeat stops the heartbeat of an attempt waiting for one. Both
+	// are guarded by Engine.mu.
+	inSlot   bool
+	stopBeat func()
 }
+
+// Slots and leases. MaxConcurrentSteps bounds the attempts in step code,
+// each holding a slot. An attempt leaves its slot when its step returns,
+// so that another step runs while its outcome is written. A retry at once
+// is leased in that same write (TaskFail's LeaseNext) while the engine has
+// room, and takes a slot when the write returns, ahead of any claim; if
+// none is free by then, it waits for one with its lease kept alive. The
+// leases held at once, in step code, being written or waiting, are bounded
+// by heldPerSlot times the slots, so that a slow store does not make the
+// engine claim its whole backlog.
+const heldPerSlot = 4
 
 // stop cancels the attempt with cause.
 func (a *attempt) stop(e *Engine, cause error) {
@@ -148,12 +165,96 @@ func (e *Engine) localSteps() []string {
 func (e *Engine) hasRoom() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.attempts)+e.reserved < e.cfg.MaxConcurrentSteps
+	return e.roomLocked() > 0
 }
 
-// reserve marks the steps that this engine runs and has room for to be
-// leased to it as they are scheduled, and holds their room until
-// unreserve. It returns the names it reserved.
+// roomLocked is how many more attempts the engine may lease now: free
+// slots not promised to a reservation or a waiting retry, within the bound
+// on leases held. e.mu must be held.
+func (e *Engine) roomLocked() int {
+	max := e.cfg.MaxConcurrentSteps
+	return min(max-e.inSlots-e.reserved-len(e.waiting), heldPerSlot*max-len(e.attempts)-e.reserved)
+}
+
+// stepRoomLocked is how many more attempts of step s may be leased now
+// under its own concurrency limit, or -1 for no limit. e.mu must be held.
+func (e *Engine) stepRoomLocked(s *stepEntry) int {
+	c := s.cfg.concurrency
+	if c <= 0 {
+		return -1
+	}
+	n := c - e.perStep[s.name] - e.reservedBy[s.name]
+	for _, w := range e.waiting {
+		if w.task.Step == s.name {
+			n--
+		}
+	}
+	return n
+}
+
+// fitsLocked says whether an attempt of step name may take a slot now,
+// not counting the waiting retries. e.mu must be held.
+func (e *Engine) fitsLocked(name string) bool {
+	if e.inSlots+e.reserved >= e.cfg.MaxConcurrentSteps {
+		return false
+	}
+	s := e.steps[name]
+	return s == nil || s.cfg.concurrency <= 0 || e.perStep[name]+e.reservedBy[name] < s.cfg.concurrency
+}
+
+// takeSlotLocked gives a a slot. e.mu must be held.
+func (e *Engine) takeSlotLocked(a *attempt) {
+	a.inSlot = true
+	e.inSlots++
+	e.perStep[a.task.Step]++
+}
+
+// leaveSlot frees a's slot, if it holds one, for the oldest waiting retry
+// that fits, or else for a claim.
+func (e *Engine) leaveSlot(a *attempt) {
+	e.mu.Lock()
+	resumed := e.leaveSlotLocked(a)
+	e.mu.Unlock()
+	e.resume(resumed)
+}
+
+// leaveSlotLocked frees a's slot and returns the waiting retries that
+// take it; the caller resumes them once e.mu is released.
+func (e *Engine) leaveSlotLocked(a *attempt) []*attempt {
+	if !a.inSlot {
+		return nil
+	}
+	full := e.roomLocked() <= 0
+	if s := e.steps[a.task.Step]; s != nil && e.stepRoomLocked(s) == 0 {
+		full = true
+	}
+	a.inSlot = false
+	e.inSlots--
+	e.perStep[a.task.Step]--
+	resumed := e.slotsForWaitingLocked()
+	// The dispatcher claims while it has room anyway: only a full engine,
+	// or step, needs telling.
+	if full && len(resumed) == 0 {
+		e.kick()
+	}
+	return resumed
+}
+
+// slotsForWaitingLocked gives the free slots to the waiting retries that
+// fit, oldest first, and returns them to be resumed. e.mu must be held.
+func (e *Engine) slotsForWaitingLocked() []*attempt {
+	var resumed []*attempt
+	e.waiting = slices.DeleteFunc(e.waiting, func(w *attempt) bool {
+		if !e.fitsLocked(w.task.Step) {
+			return false
+		}
+		e.takeSlotLocked(w)
+		resumed = append(resumed, w)
+		return true
+	})
+	return resumed
+}
+
 func (e *Engine) reserve(steps []StepSpec) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -163,10 +264,7 @@ func (e *Engine) reserve(steps []StepSpec) []string {
 	}
 	for i := range steps {
 		s := e.steps[steps[i].Name]
-		if s == nil || len(e.attempts)+e.reserved >= e.cfg.MaxConcurrentSteps {
-			continue
-		}
-		if c := s.cfg.concurrency; c > 0 && e.perStep[s.name]+e.reservedBy[s.name] >= c {
+		if s == nil || e.roomLocked() <= 0 || e.stepRoomLocked(s) == 0 {
 			continue
 		}
 		steps[i].Lease = true
@@ -177,17 +275,7 @@ func (e *Engine) reserve(steps []StepSpec) []string {
 	return names
 }
 
-func (e *Engine) unreserve(names []string) {
-	if len(names) == 0 {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, name := range names {
-		e.reserved--
-		e.reservedBy[name]--
-	}
-}
+func (e *Engine) unreserve(names []string) { e.startAttempts(nil, names) }
 
 // cancelAttempt cancels the local attempt of a step that lost a select.
 func (e *Engine) cancelAttempt(runID string, execution, position int) {
@@ -205,13 +293,13 @@ func (e *Engine) cancelAttempt(runID string, execution, position int) {
 // caller looks again at once.
 func (e *Engine) claimTasks(ctx context.Context) bool {
 	e.mu.Lock()
-	free := e.cfg.MaxConcurrentSteps - len(e.attempts) - e.reserved
+	free := e.roomLocked()
 	var quotas []StepQuota
 	if free > 0 {
 		for name, s := range e.steps {
 			q := free
-			if c := s.cfg.concurrency; c > 0 {
-				q = min(q, c-e.perStep[name]-e.reservedBy[name])
+			if n := e.stepRoomLocked(s); n >= 0 {
+				q = min(q, n)
 			}
 			if q > 0 {
 				quotas = append(quotas, StepQuota{Name: name, Limit: q})
@@ -223,6 +311,7 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 		return false
 	}
 	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: e.id, Steps: quotas, Limit: free, LeaseTTL: e.cfg.LeaseTTL})
+	e.startAttempts(tasks, nil)
 	if err != nil {
 		if ctx.Err() == nil {
 			e.log.Warn("claim tasks", "err", err)
@@ -233,22 +322,62 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 	for _, q := range quotas {
 		want += q.Limit
 	}
-	for _, t := range tasks {
-		e.startAttempt(t)
-	}
 	return len(tasks) > 0 && len(tasks) >= min(want, free)
 }
 
-// startAttempt runs one claimed attempt in its own goroutine. A failure
-// retried at once starts the next attempt in the same transaction that
-// records it (TaskFail's LeaseNext), and the same goroutine runs it.
-func (e *Engine) startAttempt(t *Task) {
+// startAttempts runs attempts leased to this engine (claimed, or leased as
+// their steps were scheduled with the room reserved for names), each on a
+// goroutine of its own, or, if slots were taken while they were leased,
+// once they free up. A failure retried at once starts the next attempt in
+// the same transaction that records it (TaskFail's LeaseNext), and the
+// same goroutine runs it.
+func (e *Engine) startAttempts(ts []*Task, reserved []string) {
+	if len(ts) == 0 && len(reserved) == 0 {
+		return
+	}
+	type start struct {
+		a *attempt
+		s *stepEntry
+	}
+	var starts []start
 	e.mu.Lock()
-	s := e.steps[t.Step]
-	a := e.newAttemptLocked(t)
-	e.perStep[t.Step]++
-	e.workWG.Add(1)
+	for _, name := range reserved {
+		e.reserved--
+		e.reservedBy[name]--
+	}
+	for _, t := range ts {
+		a := e.newAttemptLocked(t)
+		if len(e.waiting) > 0 || !e.fitsLocked(t.Step) {
+			a.stopBeat = e.heartbeat(a)
+			e.waiting = append(e.waiting, a)
+			continue
+		}
+		e.takeSlotLocked(a)
+		starts = append(starts, start{a, e.steps[t.Step]})
+	}
+	resumed := e.slotsForWaitingLocked()
 	e.mu.Unlock()
+	for _, st := range starts {
+		e.runChain(st.a, st.s)
+	}
+	e.resume(resumed)
+}
+
+// resume runs the retries that waited for the slots they now hold.
+func (e *Engine) resume(as []*attempt) {
+	for _, a := range as {
+		a.stopBeat()
+		e.mu.Lock()
+		s := e.steps[a.task.Step]
+		e.mu.Unlock()
+		e.runChain(a, s)
+	}
+}
+
+// runChain runs a, which holds a slot, and the attempts that follow it at
+// once, on a goroutine.
+func (e *Engine) runChain(a *attempt, s *stepEntry) {
+	e.workWG.Add(1)
 	e.act.Add(1)
 	e.busy.Add(1)
 	e.goroutines.Go(func() {
@@ -280,35 +409,92 @@ func (e *Engine) watch(due time.Time) {
 }
 
 // nextAttempt ends attempt a and returns the attempt that follows it at
-// once, or nil when its slot is free again.
+// once, holding a slot, or nil. A next attempt that finds no slot free
+// waits for one (see leaveSlotLocked).
 func (e *Engine) nextAttempt(a *attempt, next *Task) *attempt {
 	a.cancel(nil)
 	e.act.Add(1)
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if next != nil && e.running {
-		return e.newAttemptLocked(next)
-	}
-	// The slot frees room for a claim only if the engine, or the step,
-	// was full: the dispatcher claims while it has room anyway.
-	full := len(e.attempts)+e.reserved >= e.cfg.MaxConcurrentSteps
-	if s := e.steps[a.task.Step]; s != nil && s.cfg.concurrency > 0 && e.perStep[a.task.Step] >= s.cfg.concurrency {
-		full = true
-	}
+	resumed := e.leaveSlotLocked(a)
+	held := len(e.attempts)+e.reserved >= heldPerSlot*e.cfg.MaxConcurrentSteps
 	delete(e.attempts, a.task.ID)
-	e.perStep[a.task.Step]--
-	if full {
-		e.kick()
+	var n *attempt
+	if next != nil && e.running {
+		n = e.newAttemptLocked(next)
+		if len(e.waiting) == 0 && e.fitsLocked(next.Step) {
+			e.takeSlotLocked(n)
+		} else {
+			n.stopBeat = e.heartbeat(n)
+			e.waiting = append(e.waiting, n)
+			n = nil
+		}
+	} else if held {
+		e.kick() // a lease less held makes room for a claim
 	}
-	return nil
+	e.mu.Unlock()
+	e.resume(resumed)
+	return n
+}
+
+// canLeaseNext says whether the next attempt of t's step may be leased
+// with t's failure. It then waits for a slot if none is free when the
+// write returns, its lease kept alive, and keeps its place ahead of the
+// queue. An attempt with a timeout would spend that wait against its
+// timeout, so it is leased so only while the slots are not all taken.
+func (e *Engine) canLeaseNext(t *Task) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case !e.running:
+		return false
+	case t.Timeout == 0:
+		return true
+	case e.inSlots+len(e.waiting) >= e.cfg.MaxConcurrentSteps:
+		return false
+	}
+	if s := e.steps[t.Step]; s != nil && s.cfg.concurrency > 0 {
+		n := e.perStep[t.Step]
+		for _, w := range e.waiting {
+			if w.task.Step == t.Step {
+				n++
+			}
+		}
+		return n < s.cfg.concurrency
+	}
+	return true
+}
+
+// dropWaiting lets go of the retries waiting for a slot, when the engine
+// stops: their leases lapse, as those of attempts cut off do.
+func (e *Engine) dropWaiting() {
+	e.mu.Lock()
+	waiting := e.waiting
+	e.waiting = nil
+	for _, w := range waiting {
+		delete(e.attempts, w.task.ID)
+	}
+	e.mu.Unlock()
+	for _, w := range waiting {
+		w.stopBeat()
+		w.cancel(ErrShutdown)
+	}
 }
 
 // runAttempt calls the step under its timeout, keeps its lease alive and
 // records the outcome.
 func (e *Engine) runAttempt(a *attempt, s *stepEntry) (next *Task) {
 	ctx, t := a.ctx, a.task
+	if context.Cause(ctx) != nil {
+		// Cancelled while it waited for a slot: what stopped it counted
+		// it busy, as if it were in step code.
+		if !a.stopping.CompareAndSwap(false, true) {
+			e.busy.Add(-1)
+		}
+		return nil
+	}
 	pol, err := e.decodePolicy(t.Policy)
 	if err != nil {
+		e.leaveSlot(a)
 		return e.finishAttempt(t, nil, retry.Permanent(err), pol)
 	}
 	start := e.clock.Now()
@@ -336,6 +522,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry) (next *Task) {
 		}
 		e.inStep.Add(-1)
 	}
+	e.leaveSlot(a)
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, ErrTimeout):
 		limit := info.Deadline.Sub(start)
@@ -427,7 +614,7 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *ret
 		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out})
 	} else {
 		p := e.failParams(t, err, pol, false)
-		if p.Retry && p.Delay == 0 && e.isRunning() {
+		if p.Retry && p.Delay == 0 && e.canLeaseNext(t) {
 			p.LeaseNext, p.LeaseOwner, p.LeaseTTL = true, e.id, e.cfg.LeaseTTL
 		}
 		o, serr = e.store.TaskFail(e.storeCtx, p)

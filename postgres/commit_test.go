@@ -186,16 +186,17 @@ func checkHistory(t *testing.T, s *postgres.Store, id string, want ...reprise.Ev
 	}
 }
 
-// waitFor polls cond until it holds, or fails the test after 10 s.
+// waitFor polls cond until it holds, or fails the test after 30 s: CI
+// runs every package at once under -race, engine processes among them.
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {
 		select {
 		case <-deadline:
-			t.Fatal("condition not met after 10s")
+			t.Fatal("condition not met after 30s")
 		case <-tick.C:
 		}
 	}
