@@ -626,17 +626,27 @@ func (e *Engine) claimRunsOnce(ctx context.Context) {
 // pollRunners makes resident runs read their histories now and then: with a
 // Notifier store, outcomes recorded by other processes arrive as notices,
 // and a process that dies between its commit and its notice loses it. A
-// run polls PollInterval after its last news, then ever less often, up to
-// every RunLeaseTTL, so parked runs cost little.
+// run polls a third of RunLeaseTTL after its last news (as often as this
+// engine renews its leases), then ever less often, up to every RunLeaseTTL,
+// so waiting and parked runs cost little. A run with an attempt in this
+// engine waits for that attempt's outcome, which comes here: it polls
+// after, if still waiting.
 func (e *Engine) pollRunners(now time.Time) {
 	e.mu.Lock()
+	local := make(map[string]bool, len(e.attempts))
+	for _, a := range e.attempts {
+		local[a.task.RunID] = true
+	}
 	runners := make([]*runner, 0, len(e.runners))
-	for _, r := range e.runners {
-		runners = append(runners, r)
+	for id, r := range e.runners {
+		if !local[id] {
+			runners = append(runners, r)
+		}
 	}
 	e.mu.Unlock()
+	first := max(e.cfg.RunLeaseTTL/3, e.cfg.PollInterval)
 	for _, r := range runners {
-		if r.pollDue(now, e.cfg.PollInterval, max(e.cfg.RunLeaseTTL, e.cfg.PollInterval)) {
+		if r.pollDue(now, first, max(e.cfg.RunLeaseTTL, first)) {
 			r.resync()
 		}
 	}
