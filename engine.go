@@ -87,6 +87,11 @@ type Engine struct {
 	inSlots  int
 	perStep  map[string]int
 	waiting  []*attempt
+	// claiming counts the runs claimed (claimRunsOnce) that have not yet
+	// settled: made their first wait, leasing their steps, or ended;
+	// moreRuns says that the last claim took all it asked for.
+	claiming int
+	moreRuns bool
 	// reserved counts room held for steps being leased as they are
 	// scheduled (see reserve), in all and by step name.
 	reserved   int
@@ -327,7 +332,7 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	}
 	switch {
 	case created && owner != "":
-		e.startRunner(lease, true)
+		e.startRunner(lease, true, false)
 	case created:
 		// Run has not started yet, or is starting: claim it as soon as it can.
 		e.claimSoon()
@@ -593,6 +598,11 @@ func (e *Engine) claimRuns(ctx context.Context) {
 	}
 }
 
+// claimRunsOnce claims runs while this engine has room for the leases
+// their steps will take (see runRoomLocked), so that a backlog is shared
+// by the engines on a store rather than resident in the first to claim,
+// and a claimed run's first step is leased as it is scheduled instead of
+// queued and claimed again.
 func (e *Engine) claimRunsOnce(ctx context.Context) {
 	e.mu.Lock()
 	names := make([]string, 0, len(e.workflows))
@@ -604,9 +614,17 @@ func (e *Engine) claimRunsOnce(ctx context.Context) {
 		return
 	}
 	for {
-		const batch = 100
+		e.mu.Lock()
+		limit := min(100, e.runRoomLocked())
+		if limit <= 0 {
+			e.moreRuns = true
+		}
+		e.mu.Unlock()
+		if limit <= 0 {
+			return
+		}
 		leases, err := e.store.RunClaim(ctx, &RunClaimParams{
-			Owner: e.id, Workflows: names, Limit: batch, LeaseTTL: e.cfg.RunLeaseTTL,
+			Owner: e.id, Workflows: names, Limit: limit, LeaseTTL: e.cfg.RunLeaseTTL,
 		})
 		if err != nil {
 			if ctx.Err() == nil {
@@ -615,11 +633,42 @@ func (e *Engine) claimRunsOnce(ctx context.Context) {
 			return
 		}
 		for _, l := range leases {
-			e.startRunner(l, false)
+			e.startRunner(l, false, true)
 		}
-		if len(leases) < batch {
+		e.mu.Lock()
+		e.moreRuns = len(leases) == limit
+		e.mu.Unlock()
+		if len(leases) < limit {
 			return
 		}
+	}
+}
+
+// runRoomLocked is how many more runs the engine may claim now: the room
+// for attempts, less what the runs claimed and not yet settled may take.
+// While its slots are taken, an engine claims no runs whose steps would
+// only wait in its queue. e.mu must be held.
+func (e *Engine) runRoomLocked() int { return e.roomLocked() - e.claiming }
+
+// roomFreedLocked wakes the run claims when there is room for a batch and
+// runs may be waiting. e.mu must be held.
+func (e *Engine) roomFreedLocked() {
+	if e.moreRuns && e.runRoomLocked() >= e.claimBatch() {
+		e.claimSoon()
+	}
+}
+
+// claimBatch is the room worth a claim of its own.
+func (e *Engine) claimBatch() int { return max(1, e.cfg.MaxConcurrentSteps/4) }
+
+// settled notes that a claimed run made its first wait, or ended.
+func (e *Engine) settled(r *runner) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if r.claimed {
+		r.claimed = false
+		e.claiming--
+		e.roomFreedLocked()
 	}
 }
 
@@ -654,7 +703,7 @@ func (e *Engine) pollRunners(now time.Time) {
 
 // startRunner starts executing a run this engine has leased; fresh says it
 // was just created, so there is no history to load.
-func (e *Engine) startRunner(lease RunLease, fresh bool) {
+func (e *Engine) startRunner(lease RunLease, fresh, claimed bool) {
 	e.mu.Lock()
 	wf := e.workflows[lease.Run.Workflow]
 	if r := e.runners[lease.Run.ID]; r != nil {
@@ -672,6 +721,10 @@ func (e *Engine) startRunner(lease RunLease, fresh bool) {
 	}
 	r := newRunner(e, lease, wf)
 	e.runners[r.id] = r
+	if claimed {
+		r.claimed = true
+		e.claiming++
+	}
 	e.runnersWG.Add(1) // under e.mu, which Run's shutdown takes before it waits
 	e.mu.Unlock()
 	e.launch(r, fresh)
@@ -686,6 +739,7 @@ func (e *Engine) launch(r *runner, fresh bool) {
 
 // runnerDone forgets a runner whose goroutine ends.
 func (e *Engine) runnerDone(r *runner, finished bool) {
+	e.settled(r)
 	e.mu.Lock()
 	if e.runners[r.id] == r {
 		delete(e.runners, r.id)
@@ -722,7 +776,7 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 	e.runnerDone(r, false)
 	// Once r is out of e.runners no claim can store a token in it.
 	if newer := r.token.Load(); newer != token {
-		e.startRunner(RunLease{Token: newer, Run: r.known()}, false)
+		e.startRunner(RunLease{Token: newer, Run: r.known()}, false, false)
 	}
 }
 
@@ -731,7 +785,7 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 // under the same lease.
 func (e *Engine) runnerReplay(r *runner) {
 	e.runnerDone(r, false)
-	e.startRunner(RunLease{Token: r.token.Load(), Run: r.known()}, false)
+	e.startRunner(RunLease{Token: r.token.Load(), Run: r.known()}, false, false)
 }
 
 // handOffMargin is how long an attempt's lease must still hold for its
@@ -762,7 +816,7 @@ func (e *Engine) replayLater(lease RunLease) {
 		switch {
 		case err == nil && !run.Status.Final():
 			lease.Run = run
-			e.startRunner(lease, false)
+			e.startRunner(lease, false, false)
 		case err != nil && !errors.Is(err, ErrNotFound) && e.isRunning():
 			e.replayLater(lease)
 		}

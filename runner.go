@@ -27,7 +27,10 @@ type runner struct {
 	// engine (after its lease lapsed in a long pause) replaces it.
 	token     atomic.Int64
 	execution int
-	input     json.RawMessage
+	// claimed says that the run was claimed and has not settled yet (see
+	// Engine.claiming); guarded by e.mu.
+	claimed bool
+	input   json.RawMessage
 
 	parentID string
 	// created is when the run was created, if known; final is the run's
@@ -290,7 +293,7 @@ func (r *runner) run(fresh bool) {
 		e.runnerDone(r, false)
 		next := r.known()
 		finish.Apply(next)
-		e.startRunner(RunLease{Token: r.token.Load(), Run: next}, false)
+		e.startRunner(RunLease{Token: r.token.Load(), Run: next}, false, false)
 	default:
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
 		e.deliver(adv.Parent)
@@ -683,6 +686,7 @@ func (r *runner) sync() {
 
 // block waits for pushed events, or exits if the run must stop.
 func (r *runner) block() {
+	r.e.settled(r)
 	r.e.busy.Add(-1)
 	select {
 	case <-r.wake:

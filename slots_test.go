@@ -2,6 +2,7 @@ package reprise_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -93,4 +94,61 @@ func history(t *testing.T, s reprise.Store, id string) []reprise.Event {
 		t.Fatal(err)
 	}
 	return evs
+}
+
+// TestBacklogIsClaimedAsRoomAllows: an engine claims the runs of a backlog
+// as it has room for their steps' leases, not all at once, and still
+// finishes them all.
+func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
+	t.Parallel()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "backlog.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const runs, slots = 60, 2
+	ctx := t.Context()
+	for i := range runs {
+		if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: fmt.Sprint("backlog-", i), Workflow: "gated", Input: []byte("0")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := make(chan struct{})
+	step := reprise.NewStep("gated", func(ctx context.Context, _ int) (int, error) {
+		select {
+		case <-gate:
+			return 1, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	})
+	wf := reprise.NewWorkflow("gated", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
+	e, err := reprise.New(reprise.Config{Store: db, MaxConcurrentSteps: slots, PollInterval: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(step, wf); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	count := func(status reprise.RunStatus) int {
+		list, err := db.RunList(ctx, &reprise.RunListParams{Status: status, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(list)
+	}
+	// Two steps run, the room for leases is 4 × 2; give the claims time
+	// to take more than that if they would.
+	waitFor(t, func() bool { return count(reprise.RunRunning) >= slots })
+	time.Sleep(200 * time.Millisecond)
+	if n := count(reprise.RunRunning); n > 4*slots {
+		t.Errorf("%d runs claimed while %d steps can run, want at most %d", n, slots, 4*slots)
+	}
+	close(gate)
+	waitFor(t, func() bool { return count(reprise.RunCompleted) == runs })
 }

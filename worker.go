@@ -172,8 +172,13 @@ func (e *Engine) hasRoom() bool {
 // slots not promised to a reservation or a waiting retry, within the bound
 // on leases held. e.mu must be held.
 func (e *Engine) roomLocked() int {
-	max := e.cfg.MaxConcurrentSteps
-	return min(max-e.inSlots-e.reserved-len(e.waiting), heldPerSlot*max-len(e.attempts)-e.reserved)
+	return min(e.cfg.MaxConcurrentSteps-e.inSlots-e.reserved-len(e.waiting), e.heldRoomLocked())
+}
+
+// heldRoomLocked is how many more leases the engine may hold now. e.mu
+// must be held.
+func (e *Engine) heldRoomLocked() int {
+	return heldPerSlot*e.cfg.MaxConcurrentSteps - len(e.attempts) - e.reserved
 }
 
 // stepRoomLocked is how many more attempts of step s may be leased now
@@ -232,6 +237,7 @@ func (e *Engine) leaveSlotLocked(a *attempt) []*attempt {
 	e.inSlots--
 	e.perStep[a.task.Step]--
 	resumed := e.slotsForWaitingLocked()
+	e.roomFreedLocked()
 	// The dispatcher claims while it has room anyway: only a full engine,
 	// or step, needs telling.
 	if full && len(resumed) == 0 {
@@ -356,6 +362,9 @@ func (e *Engine) startAttempts(ts []*Task, reserved []string) {
 		starts = append(starts, start{a, e.steps[t.Step]})
 	}
 	resumed := e.slotsForWaitingLocked()
+	if len(reserved) > 0 {
+		e.roomFreedLocked()
+	}
 	e.mu.Unlock()
 	for _, st := range starts {
 		e.runChain(st.a, st.s)
@@ -416,8 +425,9 @@ func (e *Engine) nextAttempt(a *attempt, next *Task) *attempt {
 	e.act.Add(1)
 	e.mu.Lock()
 	resumed := e.leaveSlotLocked(a)
-	held := len(e.attempts)+e.reserved >= heldPerSlot*e.cfg.MaxConcurrentSteps
+	held := e.heldRoomLocked() <= 0
 	delete(e.attempts, a.task.ID)
+	e.roomFreedLocked()
 	var n *attempt
 	if next != nil && e.running {
 		n = e.newAttemptLocked(next)
