@@ -174,6 +174,7 @@ func (t *fakeTimer) Reset(d time.Duration) {
 	c := t.c
 	c.mu.Lock()
 	t.remove()
+	t.drain()
 	t.when = c.now.Add(d)
 	if d <= 0 {
 		now := c.now
@@ -192,7 +193,20 @@ func (t *fakeTimer) Reset(d time.Duration) {
 func (t *fakeTimer) Stop() bool {
 	t.c.mu.Lock()
 	defer t.c.mu.Unlock()
+	t.drain()
 	return t.remove()
+}
+
+// drain drops a time fired and not received, as Stop and Reset do for a
+// time.Timer since Go 1.23: a timer stopped by a goroutine that then exits
+// would otherwise count as pending forever.
+func (t *fakeTimer) drain() {
+	if t.ch != nil {
+		select {
+		case <-t.ch:
+		default:
+		}
+	}
 }
 
 // remove takes t off the clock's list; the clock's lock must be held.
