@@ -420,7 +420,10 @@ type TaskFailParams struct {
 	// once in the same transaction, leased to LeaseOwner for LeaseTTL as
 	// TaskClaim would lease it (AttemptStarted follows AttemptFailed); the
 	// task is returned in Outcome.Next. A worker that retries at once so
-	// skips a round trip through the queue.
+	// skips a round trip through the queue. A store may keep the lease
+	// of the attempt before, the same owner's, while it has half its
+	// LeaseTTL or more to run and the step has no timeout; the worker
+	// heartbeats from the new attempt's start as it would anyway.
 	LeaseNext  bool
 	LeaseOwner string
 	LeaseTTL   time.Duration

@@ -154,3 +154,53 @@ func TestTaskFailLeaseNextAfterLapse(t *testing.T) {
 		t.Errorf("stored task = %+v\nnext        = %+v", got, n)
 	}
 }
+
+// TestTaskFailLeaseNextKeepsLease: a retry at once of a step without a
+// timeout keeps its owner's lease while half its TTL is left, so that the
+// task's indexed columns stay as they were; with less left, or another
+// owner, it gets a lease of its own.
+func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s := openStore(t, clock.Now)
+	ctx := t.Context()
+	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+		RunID: "r1", Token: lease.Token,
+		Steps: []reprise.StepSpec{{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)}},
+	}))
+	task := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
+		Owner: "w1", Steps: []reprise.StepQuota{{Name: "charge", Limit: 1}}, LeaseTTL: time.Minute,
+	}))[0]
+	for _, c := range []struct {
+		wait  time.Duration
+		owner string
+		kept  bool
+	}{
+		{10 * time.Second, "w1", true},  // 50 s of 60 left
+		{25 * time.Second, "w1", false}, // 25 s left
+		{time.Second, "w2", false},      // another owner's
+	} {
+		clock.Add(c.wait)
+		o := must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
+			TaskID: task.ID, Token: task.Token, Error: reprise.ErrorInfo{Type: "E"}, Retry: true,
+			LeaseNext: true, LeaseOwner: c.owner, LeaseTTL: time.Minute,
+		}))
+		want := clock.Now().Add(time.Minute)
+		if c.kept {
+			want = task.LeaseUntil
+		}
+		n := o.Next
+		if !n.LeaseUntil.Equal(want) || o.Events[1].LeaseUntil != n.LeaseUntil || !n.StartedAt.Equal(clock.Now()) {
+			t.Errorf("after %v, owner %s: lease until %v (event %v), started %v; want until %v", c.wait, c.owner,
+				n.LeaseUntil, o.Events[1].LeaseUntil, n.StartedAt, want)
+		}
+		if got := must[*reprise.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
+			t.Errorf("stored task = %+v\nnext        = %+v", got, n)
+		}
+		task = n
+	}
+}

@@ -352,8 +352,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				}
 				markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
 					UPDATE reprise_task t SET attempt = n.attempt, token = n.token, owner = n.owner,
-						started_at = n.started_at, lease_until = n.lease_until, ready_at = n.started_at,
-						lapses = n.lapses
+						started_at = n.started_at, lease_until = n.lease_until, lapses = n.lapses
 					FROM unnest($10::bigint[], $11::int[], $12::bigint[], $13::text[], $14::timestamptz[],
 						$15::timestamptz[], $16::int[]) AS n(id, attempt, token, owner, started_at, lease_until, lapses)
 					WHERE t.id = n.id`,
@@ -413,6 +412,13 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 // startNext fills in t.next as TaskClaim would lease it to p.LeaseOwner
 // (attempt and token bumped, lease_until = now + min(LeaseTTL, Timeout)),
 // counts lapses as the retry would, and appends its AttemptStarted.
+//
+// An attempt without a timeout keeps the lease of the one before when
+// that is the same owner's with half its LeaseTTL or more to run, as a
+// heartbeat would not yet have renewed it: the task's row then changes no
+// indexed column (its lease_until, owner and ready_at stay), and the
+// server updates it in place (HOT) rather than add an entry to each of its
+// indexes for every retry.
 func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (*reprise.Task, error) {
 	n := t.next
 	ttl := p.LeaseTTL
@@ -422,6 +428,9 @@ func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (*reprise.
 	n.Attempt, n.Token = t.attempt+1, t.token+1
 	n.StartedAt = a.now
 	n.LeaseUntil = a.now.Add(ttl).Truncate(time.Microsecond)
+	if n.Timeout == 0 && t.owner == p.LeaseOwner && t.lease.Sub(a.now) >= ttl/2 {
+		n.LeaseUntil = t.lease.UTC()
+	}
 	if n.FirstStartedAt.IsZero() {
 		n.FirstStartedAt = a.now
 	}
