@@ -487,6 +487,11 @@ func (e *Engine) dropWaiting() {
 	for _, w := range waiting {
 		w.stopBeat()
 		w.cancel(ErrShutdown)
+		// One stopped while it waited was counted busy, as if in step
+		// code (attempt.stop); it will not run to take that back.
+		if !w.stopping.CompareAndSwap(false, true) {
+			e.busy.Add(-1)
+		}
 	}
 }
 
