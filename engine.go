@@ -598,8 +598,8 @@ func (e *Engine) claimRuns(ctx context.Context) {
 	}
 }
 
-// claimRunsOnce claims runs while this engine has room for the leases
-// their steps will take (see runRoomLocked), so that a backlog is shared
+// claimRunsOnce claims runs while this engine has room for the attempts
+// they will start (see runRoomLocked), so that a backlog is shared
 // by the engines on a store rather than resident in the first to claim,
 // and a claimed run's first step is leased as it is scheduled instead of
 // queued and claimed again.

@@ -33,12 +33,13 @@ type attempt struct {
 // Slots and leases. MaxConcurrentSteps bounds the attempts in step code,
 // each holding a slot. An attempt leaves its slot when its step returns,
 // so that another step runs while its outcome is written. A retry at once
-// is leased in that same write (TaskFail's LeaseNext) while the engine has
-// room, and takes a slot when the write returns, ahead of any claim; if
-// none is free by then, it waits for one with its lease kept alive. The
-// leases held at once, in step code, being written or waiting, are bounded
-// by heldPerSlot times the slots, so that a slow store does not make the
-// engine claim its whole backlog.
+// is leased in that same write (TaskFail's LeaseNext; see canLeaseNext),
+// and takes a slot when the write returns, ahead of any claim; if none is
+// free by then, it waits for one with its lease kept alive. Attempts
+// claimed or leased as scheduled that find the slots taken meanwhile wait
+// the same way. The leases held at once, in step code, being written or
+// waiting, are bounded by heldPerSlot times the slots, so that a slow
+// store does not make the engine claim its whole backlog.
 const heldPerSlot = 4
 
 // stop cancels the attempt with cause.
@@ -188,10 +189,16 @@ func (e *Engine) stepRoomLocked(s *stepEntry) int {
 	if c <= 0 {
 		return -1
 	}
-	n := c - e.perStep[s.name] - e.reservedBy[s.name]
+	return c - e.perStep[s.name] - e.reservedBy[s.name] - e.waitingForLocked(s.name)
+}
+
+// waitingForLocked counts the attempts of step name waiting for a slot.
+// e.mu must be held.
+func (e *Engine) waitingForLocked(name string) int {
+	n := 0
 	for _, w := range e.waiting {
-		if w.task.Step == s.name {
-			n--
+		if w.task.Step == name {
+			n++
 		}
 	}
 	return n
@@ -261,6 +268,9 @@ func (e *Engine) slotsForWaitingLocked() []*attempt {
 	return resumed
 }
 
+// reserve marks the steps that this engine runs and has room for to be
+// leased to it as they are scheduled, and holds their room until
+// startAttempts (or unreserve). It returns the names it reserved.
 func (e *Engine) reserve(steps []StepSpec) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -463,13 +473,7 @@ func (e *Engine) canLeaseNext(t *Task) bool {
 		return false
 	}
 	if s := e.steps[t.Step]; s != nil && s.cfg.concurrency > 0 {
-		n := e.perStep[t.Step]
-		for _, w := range e.waiting {
-			if w.task.Step == t.Step {
-				n++
-			}
-		}
-		return n < s.cfg.concurrency
+		return e.perStep[t.Step]+e.waitingForLocked(t.Step) < s.cfg.concurrency
 	}
 	return true
 }
