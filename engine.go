@@ -663,13 +663,13 @@ func (e *Engine) claimBatch() int { return max(1, e.cfg.MaxConcurrentSteps/4) }
 
 // settled notes that a claimed run made its first wait, or ended.
 func (e *Engine) settled(r *runner) {
+	if !r.claimed.CompareAndSwap(true, false) {
+		return // every wait but a claimed run's first: no lock
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if r.claimed {
-		r.claimed = false
-		e.claiming--
-		e.roomFreedLocked()
-	}
+	e.claiming--
+	e.roomFreedLocked()
 }
 
 // pollRunners makes resident runs read their histories now and then: with a
@@ -722,7 +722,7 @@ func (e *Engine) startRunner(lease RunLease, fresh, claimed bool) {
 	r := newRunner(e, lease, wf)
 	e.runners[r.id] = r
 	if claimed {
-		r.claimed = true
+		r.claimed.Store(true)
 		e.claiming++
 	}
 	e.runnersWG.Add(1) // under e.mu, which Run's shutdown takes before it waits

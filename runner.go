@@ -28,8 +28,8 @@ type runner struct {
 	token     atomic.Int64
 	execution int
 	// claimed says that the run was claimed and has not settled yet (see
-	// Engine.claiming); guarded by e.mu.
-	claimed bool
+	// Engine.claiming).
+	claimed atomic.Bool
 	input   json.RawMessage
 
 	parentID string

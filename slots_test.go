@@ -21,12 +21,10 @@ type slowFails struct {
 }
 
 func (s *slowFails) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
-	first := false
-	s.once.Do(func() { first = true })
-	if first {
+	s.once.Do(func() {
 		close(s.writing)
 		<-s.release
-	}
+	})
 	return s.Store.TaskFail(ctx, p)
 }
 
