@@ -131,16 +131,7 @@ func TestTaskFailLeaseNextAfterLapse(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, clock.Now)
 	ctx := t.Context()
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
-		RunID: "r1", Token: lease.Token, Steps: []reprise.StepSpec{{Position: 1, Name: "s", IdempotencyKey: "k"}},
-	}))
-	task := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w1", Steps: []reprise.StepQuota{{Name: "s", Limit: 1}}, LeaseTTL: time.Minute,
-	}))[0]
+	task := claimedTask(t, s, reprise.StepSpec{Position: 1, Name: "s", IdempotencyKey: "k"})
 	clock.Add(2 * time.Minute)
 	o := must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
 		TaskID: task.ID, Token: task.Token, Retry: true, Expired: true,
@@ -164,17 +155,7 @@ func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, clock.Now)
 	ctx := t.Context()
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
-		RunID: "r1", Token: lease.Token,
-		Steps: []reprise.StepSpec{{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)}},
-	}))
-	task := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w1", Steps: []reprise.StepQuota{{Name: "charge", Limit: 1}}, LeaseTTL: time.Minute,
-	}))[0]
+	task := claimedTask(t, s, reprise.StepSpec{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)})
 	for _, c := range []struct {
 		wait  time.Duration
 		owner string
@@ -203,4 +184,19 @@ func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
 		}
 		task = n
 	}
+}
+
+// claimedTask schedules step in a new run r1 and returns its task, claimed
+// by w1 for a minute.
+func claimedTask(t *testing.T, s *postgres.Store, step reprise.StepSpec) *reprise.Task {
+	t.Helper()
+	ctx := t.Context()
+	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r1", Token: lease.Token, Steps: []reprise.StepSpec{step}}))
+	return must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
+		Owner: "w1", Steps: []reprise.StepQuota{{Name: step.Name, Limit: 1}}, LeaseTTL: time.Minute,
+	}))[0]
 }
