@@ -22,3 +22,8 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+require reprise v0.0.0
+
+// The main module, for its benchmark helpers (reprise/internal/proccpu).
+replace reprise => ../..

@@ -25,6 +25,8 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivermigrate"
 	"github.com/riverqueue/river/rivertype"
+
+	"reprise/internal/proccpu"
 )
 
 type jobArgs struct {
@@ -82,24 +84,30 @@ func main() {
 	}
 	ctx := context.Background()
 	for range *count {
-		elapsed, err := round(ctx, &c)
+		r, err := round(ctx, &c)
 		if err != nil {
 			log.Fatal(err)
 		}
-		attempts := c.jobs * (c.fail + 1)
-		fmt.Printf("BenchmarkRiver/workers=%d/fail=%d/cooldown=%v \t%8d\t%12.0f ns/op\t%10.0f attempts/s\t%10.0f jobs/s\n",
-			c.workers, c.fail, c.fetchCooldown, c.jobs, float64(elapsed.Nanoseconds())/float64(c.jobs),
-			float64(attempts)/elapsed.Seconds(), float64(c.jobs)/elapsed.Seconds())
+		attempts := float64(c.jobs * (c.fail + 1))
+		fmt.Printf("BenchmarkRiver/workers=%d/fail=%d/cooldown=%v \t%8d\t%12.0f ns/op\t%10.0f attempts/s"+
+			"\t%10.1f client-cpu-µs/attempt\t%10.1f server-cpu-µs/attempt\t%10.0f jobs/s\n",
+			c.workers, c.fail, c.fetchCooldown, c.jobs, float64(r.elapsed.Nanoseconds())/float64(c.jobs),
+			attempts/r.elapsed.Seconds(), float64(r.client.Microseconds())/attempts, float64(r.server.Microseconds())/attempts,
+			float64(c.jobs)/r.elapsed.Seconds())
 	}
 }
 
+// A result is a round's time, and the CPU this process and the server used
+// meanwhile (Linux; zero elsewhere).
+type result struct{ elapsed, client, server time.Duration }
+
 // round migrates a fresh schema, inserts the jobs, then starts a client and
 // returns how long it took to complete them all.
-func round(ctx context.Context, c *config) (time.Duration, error) {
+func round(ctx context.Context, c *config) (result, error) {
 	schema, jobs, fail := c.schema, c.jobs, c.fail
 	cfg, err := pgxpool.ParseConfig(c.dsn)
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	if c.maxConns > 0 {
@@ -107,21 +115,21 @@ func round(ctx context.Context, c *config) (time.Duration, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	defer pool.Close()
 	ident := pgx.Identifier{schema}.Sanitize()
 	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+ident+" CASCADE; CREATE SCHEMA "+ident); err != nil {
-		return 0, err
+		return result{}, err
 	}
 	defer pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+ident+" CASCADE")
 	driver := riverpgxv5.New(pool)
 	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Schema: schema})
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		return 0, fmt.Errorf("migrate: %w", err)
+		return result{}, fmt.Errorf("migrate: %w", err)
 	}
 
 	workersReg := river.NewWorkers()
@@ -136,36 +144,36 @@ func round(ctx context.Context, c *config) (time.Duration, error) {
 		Logger:            slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	})
 	if err != nil {
-		return 0, err
+		return result{}, err
 	}
 	params := make([]river.InsertManyParams, jobs)
 	for i := range params {
 		params[i] = river.InsertManyParams{Args: jobArgs{Fail: fail}, InsertOpts: &river.InsertOpts{MaxAttempts: fail + 1}}
 	}
 	if _, err := client.InsertManyFast(ctx, params); err != nil {
-		return 0, fmt.Errorf("insert: %w", err)
+		return result{}, fmt.Errorf("insert: %w", err)
 	}
 
-	start := time.Now()
+	start, client0, server0 := time.Now(), proccpu.PID(os.Getpid()), proccpu.Comm("postgres")
 	if err := client.Start(ctx); err != nil {
-		return 0, err
+		return result{}, err
 	}
 	for {
 		var done, failed int
 		err := pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE state = 'completed'), count(*) FILTER (WHERE state = 'discarded') FROM "+ident+".river_job").Scan(&done, &failed)
 		if err != nil {
-			return 0, err
+			return result{}, err
 		}
 		if failed > 0 {
-			return 0, fmt.Errorf("%d jobs discarded", failed)
+			return result{}, fmt.Errorf("%d jobs discarded", failed)
 		}
 		if done == jobs {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	elapsed := time.Since(start)
+	r := result{time.Since(start), proccpu.PID(os.Getpid()) - client0, proccpu.Comm("postgres") - server0}
 	stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return elapsed, client.Stop(stopCtx)
+	return r, client.Stop(stopCtx)
 }

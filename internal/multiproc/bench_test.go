@@ -10,6 +10,7 @@ import (
 
 	"reprise"
 	"reprise/internal/bench"
+	"reprise/internal/proccpu"
 	"reprise/postgres"
 	"reprise/sqlite"
 )
@@ -35,7 +36,7 @@ func BenchmarkProcesses(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.ResetTimer()
-				start := time.Now()
+				start, server := time.Now(), proccpu.Comm("postgres")
 				// All at once, so that the first does not claim the whole
 				// backlog before the others are up.
 				var started []*process
@@ -47,12 +48,22 @@ func BenchmarkProcesses(b *testing.B) {
 				}
 				c.waitIdle(ctx, 10*time.Millisecond, 10*time.Minute)
 				elapsed := time.Since(start)
+				server = proccpu.Comm("postgres") - server
+				var engines time.Duration
+				for _, p := range started {
+					engines += proccpu.PID(p.cmd.Process.Pid)
+				}
 				b.StopTimer()
 				if n := c.finished(ctx); n != b.N {
 					b.Fatalf("%d of %d runs finished", n, b.N)
 				}
 				b.ReportMetric(float64(b.N)/elapsed.Seconds(), "steps/s")
-				b.ReportMetric(float64(b.N*(fail+1))/elapsed.Seconds(), "attempts/s")
+				attempts := float64(b.N * (fail + 1))
+				b.ReportMetric(attempts/elapsed.Seconds(), "attempts/s")
+				// The engines' CPU includes their start; the server's,
+				// whatever else ran on it meanwhile.
+				b.ReportMetric(float64(engines.Microseconds())/attempts, "engine-cpu-µs/attempt")
+				b.ReportMetric(float64(server.Microseconds())/attempts, "server-cpu-µs/attempt")
 				if fail > 0 {
 					b.ReportMetric(float64(retryLateness(b, c.store, "bench", b.N, 99))/1e6, "p99-retry-late-ms")
 				}
