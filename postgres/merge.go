@@ -3,6 +3,7 @@ package postgres
 import (
 	"reflect"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -139,19 +140,52 @@ func sameTypes(a, b []any) bool {
 
 // join returns the arguments of statements of the same text, checked by
 // sameTypes: at each position, the arrays of all of them, one after the
-// other.
+// other. The element types the store's statements use are joined without
+// reflection, whose appends cost two allocations each: a sixth of the
+// engine process's allocations, when all were reflected.
 func join(args [][]any) []any {
 	joined := make([]any, len(args[0]))
 	for k := range joined {
-		n := 0
-		for _, a := range args {
-			n += reflect.ValueOf(a[k]).Len()
+		switch args[0][k].(type) {
+		case []string:
+			joined[k] = joinAs[string](args, k)
+		case []int64:
+			joined[k] = joinAs[int64](args, k)
+		case []int32:
+			joined[k] = joinAs[int32](args, k)
+		case []bool:
+			joined[k] = joinAs[bool](args, k)
+		case []time.Time:
+			joined[k] = joinAs[time.Time](args, k)
+		default:
+			joined[k] = joinReflected(args, k)
 		}
-		v := reflect.MakeSlice(reflect.TypeOf(args[0][k]), 0, n)
-		for _, a := range args {
-			v = reflect.AppendSlice(v, reflect.ValueOf(a[k]))
-		}
-		joined[k] = v.Interface()
 	}
 	return joined
+}
+
+// joinAs joins the arrays of type []T at position k of args.
+func joinAs[T any](args [][]any, k int) []T {
+	n := 0
+	for _, a := range args {
+		n += len(a[k].([]T))
+	}
+	out := make([]T, 0, n)
+	for _, a := range args {
+		out = append(out, a[k].([]T)...)
+	}
+	return out
+}
+
+// joinReflected joins the arrays at position k of args, of any type.
+func joinReflected(args [][]any, k int) any {
+	n := 0
+	for _, a := range args {
+		n += reflect.ValueOf(a[k]).Len()
+	}
+	v := reflect.MakeSlice(reflect.TypeOf(args[0][k]), 0, n)
+	for _, a := range args {
+		v = reflect.AppendSlice(v, reflect.ValueOf(a[k]))
+	}
+	return v.Interface()
 }
