@@ -633,7 +633,7 @@ func (e *Engine) claimRunsOnce(ctx context.Context) {
 			return
 		}
 		for _, l := range leases {
-			e.startRunner(l, false, true)
+			e.startRunner(l, l.LastSeq == 1, true) // RunStarted alone: nothing to read
 		}
 		e.mu.Lock()
 		e.moreRuns = len(leases) == limit
@@ -701,8 +701,9 @@ func (e *Engine) pollRunners(now time.Time) {
 	}
 }
 
-// startRunner starts executing a run this engine has leased; fresh says it
-// was just created, so there is no history to load.
+// startRunner starts executing a run this engine has leased; fresh says
+// that its history is RunStarted alone (it was just created, or claimed
+// so), so there is none to load; claimed, that claimRunsOnce claimed it.
 func (e *Engine) startRunner(lease RunLease, fresh, claimed bool) {
 	e.mu.Lock()
 	wf := e.workflows[lease.Run.Workflow]

@@ -78,3 +78,62 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 		t.Fatalf("result %d, %v", got, err)
 	}
 }
+
+// TestClaimedFreshRunReadsNoHistory: RunClaim says how far a run's history
+// goes, and an engine that claims a run whose history is RunStarted alone
+// starts it without reading it; a run with more is read.
+func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	store := &readCounting{Store: openOn(t, dsn, &postgres.Options{Schema: schema})}
+	ctx := t.Context()
+	for _, id := range []string{"fresh", "signalled"} {
+		if _, _, err := store.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "probe"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := store.SignalSend(ctx, &reprise.SignalSendParams{RunID: "signalled", Name: "early"}); err != nil {
+		t.Fatal(err)
+	}
+	leases, err := store.RunClaim(ctx, &reprise.RunClaimParams{Owner: "probe", Limit: 5, LeaseTTL: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seqs := map[string]int64{}
+	for _, l := range leases {
+		seqs[l.Run.ID] = l.LastSeq
+	}
+	if seqs["fresh"] != 1 || seqs["signalled"] != 2 {
+		t.Fatalf("claimed with last seqs %v, want fresh 1, signalled 2", seqs)
+	}
+
+	step := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil })
+	wf := reprise.NewWorkflow("counted", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
+	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Register(wf, step); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- e.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+	// The listener, once connected, has every resident run read its
+	// history: let it connect before there are any.
+	time.Sleep(300 * time.Millisecond)
+	for _, id := range []string{"c1", "c2", "c3"} {
+		if _, _, err := store.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "counted", Input: []byte("0")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"c1", "c2", "c3"} {
+		if run, err := e.Wait(ctx, id); err != nil || run.Status != reprise.RunCompleted {
+			t.Fatalf("run %s: %+v, %v", id, run, err)
+		}
+	}
+	if n := store.reads.Load(); n != 0 {
+		t.Errorf("%d history reads for runs claimed with RunStarted alone, want 0", n)
+	}
+}

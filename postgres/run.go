@@ -299,7 +299,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 		UPDATE reprise_run r SET owner = $2, token = r.token + 1, lease_until = c.now + $5::interval
 		FROM picked, c
 		WHERE r.id = picked.picked_id
-		RETURNING `+runColumns+`, token`,
+		RETURNING `+runColumns+`, token, last_seq`,
 		s.clock(), p.Owner, p.Workflows, p.Limit, p.LeaseTTL)
 	if err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
@@ -307,7 +307,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.RunLease, error) {
 		var l reprise.RunLease
 		var err error
-		l.Run, err = scanRun(row, &l.Token)
+		l.Run, err = scanRun(row, &l.Token, &l.LastSeq)
 		return l, err
 	})
 	if err != nil {
