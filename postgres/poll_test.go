@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,17 +31,16 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	dsn, schema := testSchema(t)
 	store := &readCounting{Store: openOn(t, dsn, &postgres.Options{Schema: schema})}
 	running, release := make(chan struct{}), make(chan struct{})
+	var started sync.Once
 	hold := reprise.NewStep("hold", func(ctx context.Context, _ int) (int, error) {
-		close(running)
+		started.Do(func() { close(running) })
 		<-release
 		return 1, nil
 	})
 	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, hold, n) })
-	// Poll rounds every 20 ms, and a run's first poll 50 ms after its
-	// last news (a third of RunLeaseTTL).
-	e, err := reprise.New(reprise.Config{
-		Store: store, PollInterval: 20 * time.Millisecond, RunLeaseTTL: 150 * time.Millisecond, LeaseTTL: 150 * time.Millisecond,
-	})
+	// Poll rounds every 20 ms, and a run's first poll 200 ms after its
+	// last news (a third of RunLeaseTTL), the next 400 ms after that.
+	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 20 * time.Millisecond, RunLeaseTTL: 600 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	}
 	<-running
 	before := store.reads.Load()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(time.Second)
 	if n := store.reads.Load() - before; n != 0 {
 		t.Errorf("%d history reads while the run's attempt ran in its engine, want 0", n)
 	}
