@@ -9,8 +9,11 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"reprise"
 	"reprise/internal/bench"
+	"reprise/postgres"
 	"reprise/sqlite"
 )
 
@@ -19,7 +22,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	runs := fs.Int("runs", 20000, "one-step runs per throughput workload")
 	parked := fs.Int("parked", 10000, "runs to park in backoff for the memory figure (0 to skip)")
 	lateness := fs.Int("lateness", 1000, "runs in backoff for the retry lateness figure (0 to skip)")
-	db := fs.String("db", "", "database (default: a fresh SQLite file in a temporary directory)")
+	db := fs.String("db", "", "database: a SQLite file (the runs stay in it), or a postgres:// URL, where each workload\n"+
+		"runs in a schema of its own, dropped after (default: a fresh SQLite file in a temporary directory)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
 		return code
@@ -92,14 +96,25 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine) error) error {
 	var store reprise.Store
 	var err error
-	if db == "" {
+	switch {
+	case db == "":
 		dir, derr := os.MkdirTemp("", "reprise-bench-")
 		if derr != nil {
 			return derr
 		}
 		defer os.RemoveAll(dir)
 		store, err = sqlite.Open(filepath.Join(dir, "bench.db"), nil)
-	} else {
+	case isPostgresURL(db):
+		var drop func() error
+		store, drop, err = benchSchema(ctx, db)
+		if err == nil {
+			defer func() {
+				if err := drop(); err != nil {
+					fmt.Fprintf(stderr, "reprise bench: %v\n", err)
+				}
+			}()
+		}
+	default:
 		store, err = openStore(ctx, db)
 	}
 	if err != nil {
@@ -120,6 +135,30 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 	cancel()
 	<-done
 	return err
+}
+
+// benchSchema opens a store on PostgreSQL in a schema of its own, so that
+// a benchmark pointed at a database leaves no runs in it; drop closes the
+// store and drops the schema.
+func benchSchema(ctx context.Context, dsn string) (store reprise.Store, drop func() error, err error) {
+	schema := fmt.Sprintf("reprise_bench_%d_%d", os.Getpid(), time.Now().UnixNano())
+	s, err := postgres.Open(ctx, dsn, &postgres.Options{Schema: schema})
+	if err != nil {
+		return nil, nil, fmt.Errorf("open postgres: %w", err)
+	}
+	drop = func() error {
+		s.Close()
+		conn, err := pgx.Connect(context.WithoutCancel(ctx), dsn)
+		if err != nil {
+			return fmt.Errorf("drop schema %s: %w", schema, err)
+		}
+		defer conn.Close(context.WithoutCancel(ctx))
+		if _, err := conn.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			return fmt.Errorf("drop schema %s: %w", schema, err)
+		}
+		return nil
+	}
+	return s, drop, nil
 }
 
 func numCPU() int { return runtime.NumCPU() }

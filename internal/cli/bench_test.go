@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"context"
+	"os"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // TestBench runs every workload of reprise bench, small, and checks that
@@ -26,5 +30,56 @@ func TestBench(t *testing.T) {
 		if code != exitUsage || stdout != "" || stderr == "" {
 			t.Errorf("%q: code %d, stdout %q, stderr %q; want a usage error", args, code, stdout, stderr)
 		}
+	}
+}
+
+// TestBenchOnPostgresLeavesNothing: reprise bench pointed at a PostgreSQL
+// database runs each workload in a schema of its own and drops it: the
+// database has no schema more afterwards, and no tables in public.
+func TestBenchOnPostgresLeavesNothing(t *testing.T) {
+	dsn := os.Getenv("REPRISE_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("REPRISE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	t.Parallel()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	schemas := func() map[string]bool {
+		rows, err := conn.Query(t.Context(), "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'reprise_bench_%'")
+		if err != nil {
+			t.Fatal(err)
+		}
+		names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		set := map[string]bool{}
+		for _, n := range names {
+			set[n] = true
+		}
+		return set
+	}
+	inPublic := func() bool {
+		var found bool
+		if err := conn.QueryRow(t.Context(), "SELECT to_regclass('public.reprise_run') IS NOT NULL").Scan(&found); err != nil {
+			t.Fatal(err)
+		}
+		return found
+	}
+	before, publicBefore := schemas(), inPublic()
+	stdout, stderr, code := runMain("bench", "--db", dsn, "--runs", "20", "--lateness", "10", "--parked", "0")
+	if code != exitOK || stderr != "" || !strings.Contains(stdout, "10 retries: lateness p50") {
+		t.Fatalf("bench: code %d, stderr %q, stdout:\n%s", code, stderr, stdout)
+	}
+	for name := range schemas() {
+		if !before[name] {
+			t.Errorf("schema %s left behind", name)
+		}
+	}
+	if !publicBefore && inPublic() {
+		t.Errorf("the benchmark created its tables in the public schema")
 	}
 }

@@ -46,7 +46,7 @@ func migrateDB(ctx context.Context, db, schema string) (version int, where strin
 	switch {
 	case db == "":
 		return 0, "--db", errors.New("empty")
-	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
+	case isPostgresURL(db):
 		if schema == "" {
 			schema = "public"
 		}

@@ -19,7 +19,7 @@ func openStore(ctx context.Context, db string) (reprise.Store, error) {
 	switch {
 	case db == "":
 		return nil, fmt.Errorf("--db is empty")
-	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
+	case isPostgresURL(db):
 		return openPostgres(ctx, db)
 	}
 	path := strings.TrimPrefix(db, "sqlite:")
@@ -28,6 +28,10 @@ func openStore(ctx context.Context, db string) (reprise.Store, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return s, nil
+}
+
+func isPostgresURL(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
 func openPostgres(ctx context.Context, dsn string) (reprise.Store, error) {
