@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/reprisetest"
 	"reprise/sqlite"
 )
 
@@ -41,17 +42,9 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) {
 		return reprise.Step(ctx, hold, n)
 	})
-	e, err := reprise.New(reprise.Config{Store: counted, WorkerID: "engine-a"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(wf, hold); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() { close(release); cancel(); <-done; store.Close() }()
+	t.Cleanup(func() { store.Close() })
+	e := reprisetest.Run(t, reprise.Config{Store: counted, WorkerID: "engine-a"}, wf, hold)
+	t.Cleanup(func() { close(release) })
 
 	h, err := wf.Start(t.Context(), e, 1)
 	if err != nil {

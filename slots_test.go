@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/reprisetest"
 	"reprise/sqlite"
 )
 
@@ -37,24 +38,17 @@ func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	store := &slowFails{Store: db, writing: make(chan struct{}), release: make(chan struct{})}
 	flaky := failsFirst("flaky", "second time", "[retry: 3, backoff: 0s]")
 	quick := reprise.NewStep("quick", func(context.Context, int) (string, error) { return "quick", nil })
 	wfFlaky := reprise.NewWorkflow("flaky", func(ctx context.Context, n int) (string, error) { return reprise.Step(ctx, flaky, n) })
 	wfQuick := reprise.NewWorkflow("quick", func(ctx context.Context, n int) (string, error) { return reprise.Step(ctx, quick, n) })
-	e, err := reprise.New(reprise.Config{Store: store, MaxConcurrentSteps: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(flaky, quick, wfFlaky, wfQuick); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
+	e := reprisetest.Run(t, reprise.Config{Store: store, MaxConcurrentSteps: 1}, flaky, quick, wfFlaky, wfQuick)
+	// The engine stops only once the held write is let go.
 	var release sync.Once
-	defer func() { release.Do(func() { close(store.release) }); cancel(); <-done }()
+	t.Cleanup(func() { release.Do(func() { close(store.release) }) })
+	ctx := t.Context()
 
 	hf, err := wfFlaky.Start(ctx, e, 0)
 	if err != nil {
@@ -74,24 +68,13 @@ func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 	if out, err := hf.Result(wait); err != nil || out != "second time" {
 		t.Fatalf("flaky run: %q, %v", out, err)
 	}
-	var attempts []int
-	for _, ev := range history(t, db, hf.ID) {
-		if ev.Type == reprise.EventAttemptStarted {
-			attempts = append(attempts, ev.Attempt)
-		}
-	}
-	if len(attempts) != 2 || attempts[1] != 2 {
-		t.Errorf("attempts started %v, want [1 2]", attempts)
-	}
-}
-
-func history(t *testing.T, s reprise.Store, id string) []reprise.Event {
-	t.Helper()
-	evs, err := s.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
+	events, err := e.History(ctx, hf.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return evs
+	if started := eventsOf(events, reprise.EventAttemptStarted); len(started) != 2 || started[1].Attempt != 2 {
+		t.Errorf("attempts started %+v, want 1 and 2", started)
+	}
 }
 
 // TestBacklogIsClaimedAsRoomAllows: an engine claims the runs of a backlog
@@ -103,7 +86,7 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	const runs, slots = 60, 2
 	ctx := t.Context()
 	for i := range runs {
@@ -121,17 +104,7 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 		}
 	})
 	wf := reprise.NewWorkflow("gated", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
-	e, err := reprise.New(reprise.Config{Store: db, MaxConcurrentSteps: slots, PollInterval: 10 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(step, wf); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	defer func() { cancel(); <-done }()
+	reprisetest.Run(t, reprise.Config{Store: db, MaxConcurrentSteps: slots, PollInterval: 10 * time.Millisecond}, step, wf)
 
 	count := func(status reprise.RunStatus) int {
 		list, err := db.RunList(ctx, &reprise.RunListParams{Status: status, Limit: 1000})

@@ -9,6 +9,7 @@ import (
 
 	"reprise"
 	"reprise/postgres"
+	"reprise/reprisetest"
 )
 
 // readCounting is the store, counting history reads.
@@ -40,24 +41,11 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, hold, n) })
 	// Poll rounds every 20 ms, and a run's first poll 200 ms after its
 	// last news (a third of RunLeaseTTL), the next 400 ms after that.
-	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 20 * time.Millisecond, RunLeaseTTL: 600 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(wf, hold); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	var closed atomic.Bool
-	defer func() {
-		if closed.CompareAndSwap(false, true) {
-			close(release)
-		}
-		cancel()
-		<-done
-	}()
+	e := reprisetest.Run(t, reprise.Config{Store: store, PollInterval: 20 * time.Millisecond, RunLeaseTTL: 600 * time.Millisecond}, wf, hold)
+	var released sync.Once
+	letGo := func() { released.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // before the engine stops
+	ctx := t.Context()
 
 	// The listener, once connected, has every resident run read its
 	// history (notices may have been lost before): let it connect first.
@@ -72,8 +60,7 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	if n := store.reads.Load() - before; n != 0 {
 		t.Errorf("%d history reads while the run's attempt ran in its engine, want 0", n)
 	}
-	closed.Store(true)
-	close(release)
+	letGo()
 	if got, err := h.Result(ctx); err != nil || got != 1 {
 		t.Fatalf("result %d, %v", got, err)
 	}
@@ -109,17 +96,7 @@ func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 
 	step := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil })
 	wf := reprise.NewWorkflow("counted", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
-	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 20 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(wf, step); err != nil {
-		t.Fatal(err)
-	}
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- e.Run(runCtx) }()
-	defer func() { cancel(); <-done }()
+	e := reprisetest.Run(t, reprise.Config{Store: store, PollInterval: 20 * time.Millisecond}, wf, step)
 	// The listener, once connected, has every resident run read its
 	// history: let it connect before there are any.
 	time.Sleep(300 * time.Millisecond)
