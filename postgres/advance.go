@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // RunAdvance records what a workflow did since its last advance: the steps,
@@ -513,16 +514,19 @@ func (r *childRows) add(c *reprise.ChildSpec, now time.Time, cancelled bool) err
 		status = reprise.RunCancelled
 		events = append(events, reprise.Event{Seq: 2, Type: reprise.EventRunCancelled, At: now, Execution: 1, Reason: "parent finished"})
 	}
-	for _, e := range events {
-		data, err := json.Marshal(e)
-		if err != nil {
-			return fmt.Errorf("encode %s of child run %q: %w", e.Type, c.ID, err)
+	bodies := make([][]byte, len(events))
+	for i, e := range events {
+		var err error
+		if bodies[i], err = eventrow.Body(e); err != nil {
+			return fmt.Errorf("child run %q: %w", c.ID, err)
 		}
-		r.eventRun = append(r.eventRun, c.ID)
-		r.eventSeq = append(r.eventSeq, e.Seq)
-		r.eventType = append(r.eventType, string(e.Type))
-		r.eventData = append(r.eventData, string(data))
 	}
+	// One row, as an appender makes (package eventrow).
+	last := events[len(events)-1]
+	r.eventRun = append(r.eventRun, c.ID)
+	r.eventSeq = append(r.eventSeq, last.Seq)
+	r.eventType = append(r.eventType, string(last.Type))
+	r.eventData = append(r.eventData, string(eventrow.Join(events, bodies)))
 	r.id = append(r.id, c.ID)
 	r.workflow = append(r.workflow, c.Workflow)
 	r.status = append(r.status, string(status))

@@ -45,6 +45,11 @@ func TestMigrateFromVersion1(t *testing.T) {
 	if run.Status != reprise.RunRunning || run.ParentID != "" {
 		t.Errorf("run after migrating = %+v", run)
 	}
+	// An event of the old layout, whose JSON holds its seq, reads as it was.
+	events := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "old"}))
+	if len(events) != 1 || events[0].Seq != 1 || events[0].Type != reprise.EventRunStarted || events[0].Execution != 1 {
+		t.Errorf("history after migrating = %+v", events)
+	}
 	tasks := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
 		Owner: "w", Steps: []reprise.StepQuota{{Name: "a", Limit: 1}}, LeaseTTL: time.Minute,
 	}))

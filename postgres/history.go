@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // HistoryList returns a run's events with Seq above p.AfterSeq, in order.
@@ -33,19 +33,23 @@ type runHead struct {
 }
 
 // An appender collects events of one or more runs for one multi-row insert,
-// and the runs' new last_seq and updated_at.
+// and the runs' new last_seq and updated_at. The events a write appends to
+// one run go in as one row (package eventrow): half the rows and index
+// entries of one per event, as a retry's AttemptFailed and AttemptStarted,
+// or a step's StepScheduled and AttemptStarted, share theirs.
 type appender struct {
 	now    time.Time
 	events []reprise.Event
+	rows   []eventRows // events[rows[i].first:][:len(rows[i].bodies)]
+	heads  []*runHead
+}
 
-	runID     []string
-	seq       []int64
-	typ       []string
-	execution []int32
-	at        []time.Time
-	data      []string
-
-	heads []*runHead
+// eventRows are the events of one row: consecutive events of one run, at
+// one time.
+type eventRows struct {
+	head   *runHead
+	first  int
+	bodies [][]byte
 }
 
 func newAppender(now time.Time) *appender {
@@ -70,21 +74,38 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 	if e.Execution == 0 {
 		e.Execution = h.execution
 	}
-	// AppendJSON is what MarshalJSON writes, without encoding/json's
-	// reflection and its check of the result: a fifth of the store's
-	// allocations, and of the garbage collector's work.
-	data, err := e.AppendJSON(make([]byte, 0, 256))
+	// AppendJSON (in Body) is what MarshalJSON writes, without
+	// encoding/json's reflection and its check of the result: a fifth of
+	// the store's allocations, and of the garbage collector's work.
+	body, err := eventrow.Body(e)
 	if err != nil {
-		return fmt.Errorf("encode %s event: %w", e.Type, err)
+		return err
 	}
 	a.events = append(a.events, e)
-	a.runID = append(a.runID, h.id)
-	a.seq = append(a.seq, e.Seq)
-	a.typ = append(a.typ, string(e.Type))
-	a.execution = append(a.execution, int32(e.Execution))
-	a.at = append(a.at, e.At)
-	a.data = append(a.data, string(data))
+	if n := len(a.rows); n > 0 {
+		if r := &a.rows[n-1]; r.head == h && a.events[len(a.events)-2].Seq == e.Seq-1 && a.events[r.first].At.Equal(e.At) {
+			r.bodies = append(r.bodies, body)
+			return nil
+		}
+	}
+	a.rows = append(a.rows, eventRows{head: h, first: len(a.events) - 1, bodies: [][]byte{body}})
 	return nil
+}
+
+// insertArgs returns the parameters $1 to $6 of insertEvents: a's rows,
+// as arrays.
+func (a *appender) insertArgs() []any {
+	n := len(a.rows)
+	runID, seq, typ := make([]string, n), make([]int64, n), make([]string, n)
+	execution, at, data := make([]int32, n), make([]time.Time, n), make([]string, n)
+	for i, r := range a.rows {
+		events := a.events[r.first : r.first+len(r.bodies)]
+		last := &events[len(events)-1]
+		runID[i], seq[i], typ[i] = r.head.id, last.Seq, string(last.Type)
+		execution[i], at[i] = int32(last.Execution), last.At
+		data[i] = string(eventrow.Join(events, r.bodies))
+	}
+	return []any{runID, seq, typ, execution, at, data}
 }
 
 // queue adds to b the statement that stores the events and advances the
@@ -100,8 +121,7 @@ func (a *appender) queue(b *pgx.Batch, updated ...*runHead) {
 		a.queueEvents(b)
 		return
 	}
-	markMergeable(b.Queue(withEvents(advanceHeads+` SELECT`),
-		append([]any{a.runID, a.seq, a.typ, a.execution, a.at, a.data}, headsArgs(rest...)...)...))
+	markMergeable(b.Queue(withEvents(advanceHeads+` SELECT`), append(a.insertArgs(), headsArgs(rest...)...)...))
 }
 
 // rest returns the heads of the runs a appends to, but for those in
@@ -122,7 +142,7 @@ func (a *appender) queueEvents(b *pgx.Batch) {
 	if len(a.events) == 0 {
 		return
 	}
-	markMergeable(b.Queue(insertEvents, a.runID, a.seq, a.typ, a.execution, a.at, a.data))
+	markMergeable(b.Queue(insertEvents, a.insertArgs()...))
 }
 
 // queueWith adds to b one statement that stores the events and runs final,
@@ -133,8 +153,7 @@ func (a *appender) queueEvents(b *pgx.Batch) {
 // their own. One statement instead of several: each costs the server more
 // to start than these small writes cost to run.
 func (a *appender) queueWith(b *pgx.Batch, updated []*runHead, final string, args ...any) *pgx.QueuedQuery {
-	qq := b.Queue(withEvents(final),
-		append([]any{a.runID, a.seq, a.typ, a.execution, a.at, a.data}, args...)...)
+	qq := b.Queue(withEvents(final), append(a.insertArgs(), args...)...)
 	if rest := a.rest(updated); len(rest) > 0 {
 		markMergeable(b.Queue(`
 			UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
@@ -187,9 +206,9 @@ const insertEvents = `
 // eventsOf returns the events a added for h.
 func (a *appender) eventsOf(h *runHead) []reprise.Event {
 	var es []reprise.Event
-	for i, id := range a.runID {
-		if id == h.id {
-			es = append(es, a.events[i])
+	for _, r := range a.rows {
+		if r.head == h {
+			es = append(es, a.events[r.first:r.first+len(r.bodies)]...)
 		}
 	}
 	return es

@@ -2,10 +2,11 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"time"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // Reading histories together. An engine reads the history of each run it
@@ -67,11 +68,12 @@ func (s *Store) histories(ctx context.Context, reads []*historyRead) {
 		}
 	}
 	rows, err := s.pool.Query(ctx, `
-		SELECT q.i, x.data FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS q(id, after, i)
+		SELECT q.i, coalesce(x.seq, 0), coalesce(x.execution, 0), coalesce(x.at, 'epoch'), x.data
+		FROM unnest($1::text[], $2::bigint[]) WITH ORDINALITY AS q(id, after, i)
 		CROSS JOIN LATERAL (
-			SELECT e.seq, e.data FROM reprise_run r
+			SELECT e.seq, e.execution, e.at, e.data FROM reprise_run r
 			LEFT JOIN LATERAL (
-				SELECT seq, data FROM reprise_event
+				SELECT seq, execution, at, data FROM reprise_event
 				WHERE run_id = r.id AND seq > q.after AND r.last_seq > q.after
 				ORDER BY seq) e ON true
 			WHERE r.id = q.id
@@ -85,10 +87,12 @@ func (s *Store) histories(ctx context.Context, reads []*historyRead) {
 	found := make([]bool, len(reads))
 	for rows.Next() {
 		var (
-			i    int64
-			data []byte
+			i, seq    int64
+			execution int
+			at        time.Time
+			data      []byte
 		)
-		if err := rows.Scan(&i, &data); err != nil {
+		if err := rows.Scan(&i, &seq, &execution, &at, &data); err != nil {
 			rows.Close()
 			fail(err)
 			return
@@ -106,12 +110,12 @@ func (s *Store) histories(ctx context.Context, reads []*historyRead) {
 		if r.err != nil {
 			continue
 		}
-		var e reprise.Event
-		if err := json.Unmarshal(data, &e); err != nil {
+		events, err := eventrow.Decode(r.events, seq, execution, at.UTC(), data, r.p.AfterSeq)
+		if err != nil {
 			r.events, r.err = nil, fmt.Errorf("list history: %w", err)
 			continue
 		}
-		r.events = append(r.events, e)
+		r.events = events
 	}
 	if err := rows.Err(); err != nil {
 		fail(err)

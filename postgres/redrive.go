@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // RunRedrive reopens a failed run whose current execution's last step
@@ -25,20 +28,21 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 		if r.status != reprise.RunFailed {
 			return reprise.ErrNotRedrivable
 		}
+		last, err := lastStepEnd(ctx, tx, r.id, r.execution)
+		if err != nil {
+			return err
+		}
+		if last.Type != reprise.EventStepFailed {
+			return reprise.ErrNotRedrivable
+		}
+		// Its task must have been kept.
 		var (
 			pos  int
 			step string
 		)
-		// The last step outcome of the execution must be a failure whose
-		// task was kept.
 		err = tx.QueryRow(ctx, `
-			SELECT f.position, f.step FROM (
-				SELECT type, seq FROM reprise_event
-				WHERE run_id = $1 AND execution = $2 AND type IN ('StepCompleted', 'StepFailed')
-				ORDER BY seq DESC LIMIT 1) last
-			JOIN reprise_step_failed f ON f.run_id = $1 AND f.execution = $2 AND f.seq = last.seq
-			WHERE last.type = 'StepFailed'`,
-			r.id, r.execution).Scan(&pos, &step)
+			SELECT position, step FROM reprise_step_failed WHERE run_id = $1 AND execution = $2 AND seq = $3`,
+			r.id, r.execution, last.Seq).Scan(&pos, &step)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return reprise.ErrNotRedrivable
 		}
@@ -73,4 +77,37 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 		return nil, fmt.Errorf("redrive run %q: %w", p.ID, err)
 	}
 	return run, nil
+}
+
+// lastStepEnd returns the last StepCompleted or StepFailed of a run's
+// execution, or the zero Event. A row may hold several events (package
+// eventrow), so the rows are read newest first and decoded until one is
+// found.
+func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (reprise.Event, error) {
+	rows, err := tx.Query(ctx, `SELECT seq, execution, at, data FROM reprise_event WHERE run_id = $1 ORDER BY seq DESC`, runID)
+	if err != nil {
+		return reprise.Event{}, err
+	}
+	defer rows.Close()
+	var events []reprise.Event
+	for rows.Next() {
+		var (
+			seq  int64
+			exec int
+			at   time.Time
+			data []byte
+		)
+		if err := rows.Scan(&seq, &exec, &at, &data); err != nil {
+			return reprise.Event{}, err
+		}
+		if events, err = eventrow.Decode(events[:0], seq, exec, at.UTC(), data, 0); err != nil {
+			return reprise.Event{}, err
+		}
+		for _, e := range slices.Backward(events) {
+			if e.Execution == execution && (e.Type == reprise.EventStepCompleted || e.Type == reprise.EventStepFailed) {
+				return e, nil
+			}
+		}
+	}
+	return reprise.Event{}, rows.Err()
 }

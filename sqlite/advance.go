@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // RunAdvance records a workflow's progress under the run's lease: what it
@@ -286,7 +287,7 @@ func planAdvance(p *reprise.RunAdvanceParams) ([]planned, error) {
 			continue
 		}
 		var err error
-		if plan[i].body, err = encodeEvent(plan[i].event); err != nil {
+		if plan[i].body, err = eventrow.Body(plan[i].event); err != nil {
 			return nil, err
 		}
 	}

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // HistoryList returns a run's events with Seq > p.AfterSeq, in order.
@@ -51,10 +51,7 @@ func listEvents(tx *txn, runID string, afterSeq int64) ([]reprise.Event, error) 
 }
 
 // scanEvents appends the events of the row of (seq, execution, at, body)
-// at hand whose Seq is after afterSeq. A row holds what one write
-// appended: one event, whose seq and execution are the row's, or, its
-// body a JSON array, several, numbered up to the row's seq, each of the
-// row's execution unless it says otherwise.
+// at hand whose Seq is after afterSeq (see package eventrow).
 func scanEvents(rows *rows, dst []reprise.Event, afterSeq int64) ([]reprise.Event, error) {
 	var seq, at int64
 	var execution int
@@ -62,29 +59,7 @@ func scanEvents(rows *rows, dst []reprise.Event, afterSeq int64) ([]reprise.Even
 	if err := rows.Scan(&seq, &execution, &at, &body); err != nil {
 		return nil, err
 	}
-	if len(body) > 0 && body[0] == '[' {
-		var events []reprise.Event
-		if err := json.Unmarshal(body, &events); err != nil {
-			return nil, fmt.Errorf("decode events up to %d: %w", seq, err)
-		}
-		first := seq - int64(len(events)) + 1
-		for i, e := range events {
-			e.Seq, e.At = first+int64(i), fromNanos(at)
-			if e.Execution == 0 {
-				e.Execution = execution
-			}
-			if e.Seq > afterSeq {
-				dst = append(dst, e)
-			}
-		}
-		return dst, nil
-	}
-	var e reprise.Event
-	if err := json.Unmarshal(body, &e); err != nil {
-		return nil, fmt.Errorf("decode event %d: %w", seq, err)
-	}
-	e.Seq, e.Execution, e.At = seq, execution, fromNanos(at)
-	return append(dst, e), nil
+	return eventrow.Decode(dst, seq, execution, fromNanos(at), body, afterSeq)
 }
 
 // lastSeq is a scalar subquery for the last Seq of the run ?1's history.
@@ -93,15 +68,14 @@ const lastSeq = `(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?1)`
 // appendEvents appends events to the run's history, numbering them after
 // last, the run's last Seq, at the batch's time. It sets their Seq and At.
 // bodies holds the events encoded ahead, off the write path; the others
-// (a nil or missing body) are encoded here. The events go in as one row,
-// keyed by the last one's Seq (see scanEvents): a row costs SQLite about
-// as much as its bytes, whatever the number of events in it.
+// (a nil or missing body) are encoded here. The events go in as one row
+// (package eventrow): a row costs SQLite about as much as its bytes,
+// whatever the number of events in it.
 func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bodies [][]byte) error {
 	if len(events) == 0 {
 		return nil
 	}
 	enc := make([][]byte, len(events))
-	size := 2
 	for j := range events {
 		events[j].Seq, events[j].At = last+int64(j)+1, tx.now
 		if j < len(bodies) {
@@ -109,35 +83,14 @@ func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bo
 		}
 		if enc[j] == nil {
 			var err error
-			if enc[j], err = encodeEvent(events[j]); err != nil {
+			if enc[j], err = eventrow.Body(events[j]); err != nil {
 				return err
 			}
 		}
-		size += len(enc[j]) + 16
-	}
-	body := enc[0]
-	if len(events) > 1 {
-		body = make([]byte, 0, size)
-		body = append(body, '[')
-		// Each as encoded ({"type":...}, without seq and execution), with
-		// its execution where it is not the row's (continue-as-new).
-		rowExecution := events[len(events)-1].Execution
-		for j, e := range events {
-			if j > 0 {
-				body = append(body, ',')
-			}
-			if e.Execution == rowExecution {
-				body = append(body, enc[j]...)
-				continue
-			}
-			body = strconv.AppendInt(append(body, `{"execution":`...), int64(e.Execution), 10)
-			body = append(append(body, ','), enc[j][1:]...)
-		}
-		body = append(body, ']')
 	}
 	end := &events[len(events)-1]
 	_, err := tx.exec(`INSERT INTO events (run_id, seq, execution, type, at, body) VALUES (?, ?, ?, ?, ?, ?)`,
-		runID, end.Seq, end.Execution, string(end.Type), tx.nanos, body)
+		runID, end.Seq, end.Execution, string(end.Type), tx.nanos, eventrow.Join(events, enc))
 	if err != nil {
 		return fmt.Errorf("append %s: %w", events[0].Type, err)
 	}
@@ -153,7 +106,7 @@ func encodeEvents(events []reprise.Event) ([][]byte, error) {
 			continue
 		}
 		var err error
-		if bodies[i], err = encodeEvent(e); err != nil {
+		if bodies[i], err = eventrow.Body(e); err != nil {
 			return nil, err
 		}
 	}
@@ -172,18 +125,6 @@ func (tx *txn) outcome(runID string, events ...reprise.Event) (*reprise.Outcome,
 		return nil, err
 	}
 	return &reprise.Outcome{RunID: runID, Owner: owner, Events: events}, nil
-}
-
-// encodeEvent returns the event's body: its JSON without seq, at and
-// execution, which the events table keeps in columns. Decoding the body
-// and setting those three gives the event back.
-func encodeEvent(e reprise.Event) ([]byte, error) {
-	e.Seq, e.At, e.Execution = 0, time.Time{}, 0
-	b, err := e.AppendJSON(make([]byte, 0, 128))
-	if err != nil {
-		return nil, fmt.Errorf("encode %s event: %w", e.Type, err)
-	}
-	return b, nil
 }
 
 // fromNanos converts a time column to a time.

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // RunRedrive reopens a failed run whose current execution's last step
@@ -78,7 +79,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 
 // SignalSend appends SignalReceived to an active run's current execution.
 func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*reprise.Outcome, error) {
-	body, err := encodeEvent(reprise.Event{Type: reprise.EventSignalReceived, Step: p.Name, Input: p.Payload})
+	body, err := eventrow.Body(reprise.Event{Type: reprise.EventSignalReceived, Step: p.Name, Input: p.Payload})
 	if err != nil {
 		return nil, fmt.Errorf("signal run %s: %w", p.RunID, err)
 	}

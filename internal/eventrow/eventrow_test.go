@@ -1,0 +1,90 @@
+package eventrow_test
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/internal/eventrow"
+)
+
+var at = time.Date(2026, 11, 22, 8, 0, 0, 123000, time.UTC)
+
+// row encodes events as one row and returns its columns.
+func row(t *testing.T, events []reprise.Event) (seq int64, execution int, body []byte) {
+	t.Helper()
+	bodies := make([][]byte, len(events))
+	for i, e := range events {
+		var err error
+		if bodies[i], err = eventrow.Body(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	last := events[len(events)-1]
+	return last.Seq, last.Execution, eventrow.Join(events, bodies)
+}
+
+func TestRoundTrip(t *testing.T) {
+	events := []reprise.Event{
+		{Seq: 4, Type: reprise.EventAttemptFailed, At: at, Execution: 1, Position: 1, Step: "charge", Attempt: 1,
+			Error: &reprise.ErrorInfo{Type: "timeout", Message: "slow"}, Delay: time.Second, RetryAt: at.Add(time.Second)},
+		{Seq: 5, Type: reprise.EventAttemptStarted, At: at, Execution: 1, Position: 1, Step: "charge", Attempt: 2,
+			Worker: "w", LeaseUntil: at.Add(time.Minute)},
+		// A run continued as new: the row's last event is of another execution.
+		{Seq: 6, Type: reprise.EventRunContinuedAsNew, At: at, Execution: 1},
+		{Seq: 7, Type: reprise.EventRunStarted, At: at, Execution: 2, Workflow: "wf", Input: []byte(`{"n":1}`)},
+	}
+	for n := 1; n <= len(events); n++ {
+		seq, execution, body := row(t, events[:n])
+		for after := int64(0); after <= seq; after++ {
+			got, err := eventrow.Decode(nil, seq, execution, at, body, after)
+			if err != nil {
+				t.Fatalf("%d events, after %d: %v", n, after, err)
+			}
+			var want []reprise.Event
+			for _, e := range events[:n] {
+				if e.Seq > after {
+					want = append(want, e)
+				}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%d events in %s, after %d:\n got %+v\nwant %+v", n, body, after, got, want)
+			}
+		}
+	}
+}
+
+// TestBodyOmitsColumns checks that a body leaves out what the row's
+// columns hold.
+func TestBodyOmitsColumns(t *testing.T) {
+	body, err := eventrow.Body(reprise.Event{Seq: 3, Type: reprise.EventRunCompleted, At: at, Execution: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(body) != `{"type":"RunCompleted"}` {
+		t.Errorf("body = %s", body)
+	}
+}
+
+// TestDecodeOlderRow reads a row of the older layout: one event whose JSON
+// holds seq, at and execution too. The columns win.
+func TestDecodeOlderRow(t *testing.T) {
+	body := []byte(`{"seq":1,"type":"RunStarted","at":"2026-11-22T08:00:00.000123Z","execution":1,"workflow":"wf"}`)
+	got, err := eventrow.Decode(nil, 1, 1, at, body, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []reprise.Event{{Seq: 1, Type: reprise.EventRunStarted, At: at, Execution: 1, Workflow: "wf"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v, want %+v", got, want)
+	}
+}
+
+func TestDecodeBadBody(t *testing.T) {
+	for _, body := range []string{`[{"type":`, `{"type":1}`, ``} {
+		if _, err := eventrow.Decode(nil, 2, 1, at, []byte(body), 0); err == nil {
+			t.Errorf("Decode(%q) succeeded", body)
+		}
+	}
+}

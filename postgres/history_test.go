@@ -1,0 +1,70 @@
+package postgres_test
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/postgres"
+)
+
+// TestEventsOfAWriteShareARow checks the history's layout: the events one
+// write appends to a run are one row (a step scheduled with its first
+// attempt, an attempt failed with the next one), and read back as they
+// were appended, also from the middle of a row.
+func TestEventsOfAWriteShareARow(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	s := openOn(t, dsn, &postgres.Options{Schema: schema})
+	ctx := t.Context()
+
+	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e", LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r"}))
+	adv := must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+		RunID: "r", Token: lease.Token, LeaseOwner: "e", LeaseTTL: time.Minute,
+		Steps: []reprise.StepSpec{{Position: 1, Name: "charge", Input: json.RawMessage(`"x"`), IdempotencyKey: "k", Lease: true}},
+	}))
+	if len(adv.Tasks) != 1 {
+		t.Fatalf("advance = %+v", adv)
+	}
+	task := adv.Tasks[0]
+	o := must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
+		TaskID: task.ID, Token: task.Token, Error: reprise.ErrorInfo{Type: "E", Message: "no"},
+		Retry: true, LeaseNext: true, LeaseOwner: "e", LeaseTTL: time.Minute,
+	}))
+	appended := append(append(started, adv.Events...), o.Events...)
+	if got := types(appended); got != "RunStarted StepScheduled AttemptStarted AttemptFailed AttemptStarted" {
+		t.Fatalf("appended %s", got)
+	}
+
+	var rows []int64
+	conn := connect(t, dsn)
+	r, err := conn.Query(ctx, "SELECT seq FROM "+schema+".reprise_event WHERE run_id = 'r' ORDER BY seq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r.Next() {
+		var seq int64
+		if err := r.Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		rows = append(rows, seq)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{1, 3, 5}; !reflect.DeepEqual(rows, want) {
+		t.Errorf("rows end at seqs %v, want %v", rows, want)
+	}
+	for after := range int64(6) {
+		got := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r", AfterSeq: after}))
+		if want := appended[after:]; !reflect.DeepEqual(got, want) {
+			t.Errorf("history after %d:\n got %+v\nwant %+v", after, got, want)
+		}
+	}
+}

@@ -1,0 +1,16 @@
+-- reprise schema version 4: a row of events for what one write appended.
+--
+-- The events one transaction appends to a run go in as one row (package
+-- internal/eventrow): a retry's AttemptFailed and AttemptStarted, or a
+-- step's StepScheduled and AttemptStarted, share a row, its key and its
+-- index entry. A row's seq is its last event's, so a run's last seq is
+-- still its greatest and a read after a seq starts at the right row; type
+-- and execution are the last event's. data is the one event's JSON without
+-- seq, at and execution, which the row's columns hold, or a JSON array of
+-- the row's events so encoded, numbered up to seq, all at the row's time,
+-- each of the row's execution unless it names another.
+--
+-- The rows of version 3 hold one event each and read the same, so nothing
+-- is rewritten; the version is here so that a binary that reads one event
+-- per row refuses the tables this one writes.
+COMMENT ON TABLE reprise_event IS 'a run''s history: a row per write, holding one event or a JSON array of them';
