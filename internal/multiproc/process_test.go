@@ -32,6 +32,8 @@ const (
 	// envCPUProfile, set in the test's own environment, makes each engine
 	// process write a CPU profile to its value followed by "." and its id.
 	envCPUProfile = "REPRISE_MULTIPROC_CPUPROFILE"
+	// envMemProfile is the same for a memory (allocation) profile.
+	envMemProfile = "REPRISE_MULTIPROC_MEMPROFILE"
 	// envWriters, set in the test's own environment, is the engine
 	// processes' postgres.Options.Writers (the default: unset).
 	envWriters = "REPRISE_MULTIPROC_WRITERS"
@@ -150,6 +152,9 @@ func (c *cluster) spawn(id string, leaseTTL time.Duration, concurrency int) *pro
 	args := []string{"-test.run=^TestEngineProcess$", "-test.count=1", "-test.v"}
 	if prof := os.Getenv(envCPUProfile); prof != "" {
 		args = append(args, "-test.cpuprofile="+prof+"."+id)
+	}
+	if prof := os.Getenv(envMemProfile); prof != "" {
+		args = append(args, "-test.memprofile="+prof+"."+id)
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(),
