@@ -50,6 +50,10 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
+	case "demo", "bench", "server": // the commands that run an engine
+		TuneGC()
+	}
+	switch cmd {
 	case "policy":
 		return policyMain(args, stdout, stderr)
 	case "demo":

@@ -19,6 +19,7 @@ import (
 
 	"reprise"
 	"reprise/internal/bench"
+	"reprise/internal/cli"
 	"reprise/postgres"
 )
 
@@ -47,6 +48,7 @@ func TestEngineProcess(t *testing.T) {
 	if id == "" {
 		t.Skip("only runs as an engine process started by the other tests")
 	}
+	cli.TuneGC() // as the reprise command's server does
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ttl, err := time.ParseDuration(os.Getenv(envLeaseTTL))
