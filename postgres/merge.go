@@ -32,9 +32,12 @@ import (
 
 var mergeableSQL sync.Map // statement text → true
 
-// markMergeable marks qq's text as mergeable, and returns qq.
+// markMergeable marks qq's text as mergeable, and returns qq. The texts
+// are few and marked over and over: a Store each time would allocate.
 func markMergeable(qq *pgx.QueuedQuery) *pgx.QueuedQuery {
-	mergeableSQL.Store(qq.SQL, true)
+	if _, ok := mergeableSQL.Load(qq.SQL); !ok {
+		mergeableSQL.Store(qq.SQL, true)
+	}
 	return qq
 }
 

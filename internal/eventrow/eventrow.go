@@ -27,7 +27,7 @@ import (
 // execution.
 func Body(e reprise.Event) ([]byte, error) {
 	e.Seq, e.At, e.Execution = 0, time.Time{}, 0
-	b, err := e.AppendJSON(make([]byte, 0, 128))
+	b, err := e.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
 		return nil, fmt.Errorf("encode %s event: %w", e.Type, err)
 	}
