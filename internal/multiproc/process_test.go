@@ -33,7 +33,7 @@ const (
 	// envCPUProfile, set in the test's own environment, makes each engine
 	// process write a CPU profile to its value followed by "." and its id.
 	envCPUProfile = "REPRISE_MULTIPROC_CPUPROFILE"
-	// envMemProfile is the same for a memory (allocation) profile.
+	// envMemProfile is the same for a memory profile of every allocation.
 	envMemProfile = "REPRISE_MULTIPROC_MEMPROFILE"
 	// envWriters, set in the test's own environment, is the engine
 	// processes' postgres.Options.Writers (the default: unset).
@@ -156,7 +156,7 @@ func (c *cluster) spawn(id string, leaseTTL time.Duration, concurrency int) *pro
 		args = append(args, "-test.cpuprofile="+prof+"."+id)
 	}
 	if prof := os.Getenv(envMemProfile); prof != "" {
-		args = append(args, "-test.memprofile="+prof+"."+id)
+		args = append(args, "-test.memprofile="+prof+"."+id, "-test.memprofilerate=1")
 	}
 	cmd := exec.Command(os.Args[0], args...)
 	cmd.Env = append(os.Environ(),
