@@ -93,13 +93,22 @@ func testRedrive(t *testing.T, open Open) {
 		f.failAttempt(f.claimOne("email"))
 		f.complete(f.claimOne("sms"))
 		f.failRun(later)
+		// The same, with the later step's result recorded by the write that
+		// failed the run: StepCompleted is not the last event of that write.
+		handed := f.schedule("handed", newStep(1, "post"), newStep(2, "page"))
+		f.failAttempt(f.claimOne("post"))
+		page := f.claimOne("page")
+		f.advance(handed, reprise.RunAdvanceParams{
+			Completed: []reprise.TaskCompleteParams{{TaskID: page.ID, Token: page.Token, Output: json.RawMessage(`1`)}},
+			Finish:    &reprise.RunFinish{Status: reprise.RunFailed, Error: &reprise.ErrorInfo{Type: "StepFailed", Message: "post failed"}},
+		})
 		// Failed in an execution after the one whose step failed.
 		moved := f.schedule("moved", newStep(1, "fax"))
 		f.failAttempt(f.claimOne("fax"))
 		f.advance(moved, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
 		f.failRun(moved)
 
-		for _, id := range []string{"active", "completed", "failed", "later", "moved"} {
+		for _, id := range []string{"active", "completed", "failed", "later", "handed", "moved"} {
 			f.requireChangedNothing(id, reprise.ErrNotRedrivable, func() error {
 				_, err := redrive(f, id)
 				return err
@@ -107,6 +116,7 @@ func testRedrive(t *testing.T, open Open) {
 		}
 		f.claimNone("charge")
 		f.claimNone("email")
+		f.claimNone("post")
 		f.claimNone("fax")
 	})
 }
