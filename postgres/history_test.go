@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"reprise"
 	"reprise/postgres"
 )
@@ -42,20 +44,12 @@ func TestEventsOfAWriteShareARow(t *testing.T) {
 		t.Fatalf("appended %s", got)
 	}
 
-	var rows []int64
-	conn := connect(t, dsn)
-	r, err := conn.Query(ctx, "SELECT seq FROM "+schema+".reprise_event WHERE run_id = 'r' ORDER BY seq")
+	r, err := connect(t, dsn).Query(ctx, "SELECT seq FROM "+schema+".reprise_event WHERE run_id = 'r' ORDER BY seq")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for r.Next() {
-		var seq int64
-		if err := r.Scan(&seq); err != nil {
-			t.Fatal(err)
-		}
-		rows = append(rows, seq)
-	}
-	if err := r.Err(); err != nil {
+	rows, err := pgx.CollectRows(r, pgx.RowTo[int64])
+	if err != nil {
 		t.Fatal(err)
 	}
 	if want := []int64{1, 3, 5}; !reflect.DeepEqual(rows, want) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,10 +102,8 @@ func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (rep
 		if events, err = eventrow.Decode(events[:0], seq, exec, at.UTC(), data, 0); err != nil {
 			return reprise.Event{}, err
 		}
-		for _, e := range slices.Backward(events) {
-			if e.Execution == execution && (e.Type == reprise.EventStepCompleted || e.Type == reprise.EventStepFailed) {
-				return e, nil
-			}
+		if e, ok := eventrow.LastStepEnd(events, execution); ok {
+			return e, nil
 		}
 	}
 	return reprise.Event{}, rows.Err()

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 
 	"reprise"
 	"reprise/internal/eventrow"
@@ -116,10 +115,8 @@ func lastStepEnd(tx *txn, runID string, execution int) (reprise.Event, error) {
 		if events, err = scanEvents(rows, events[:0], 0); err != nil {
 			return reprise.Event{}, err
 		}
-		for _, e := range slices.Backward(events) {
-			if e.Execution == execution && (e.Type == reprise.EventStepCompleted || e.Type == reprise.EventStepFailed) {
-				return e, nil
-			}
+		if e, ok := eventrow.LastStepEnd(events, execution); ok {
+			return e, nil
 		}
 	}
 	return reprise.Event{}, rows.Err()

@@ -17,6 +17,7 @@ package eventrow
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -90,4 +91,17 @@ func Decode(dst []reprise.Event, seq int64, execution int, at time.Time, body []
 	}
 	e.Seq, e.Execution, e.At = seq, execution, at
 	return append(dst, e), nil
+}
+
+// LastStepEnd returns the last StepCompleted or StepFailed of execution
+// among events, in history order, and whether there is one. A redrive reads
+// a run's rows newest first and asks each, as a row may end with other
+// events than its step's outcome.
+func LastStepEnd(events []reprise.Event, execution int) (reprise.Event, bool) {
+	for _, e := range slices.Backward(events) {
+		if e.Execution == execution && (e.Type == reprise.EventStepCompleted || e.Type == reprise.EventStepFailed) {
+			return e, true
+		}
+	}
+	return reprise.Event{}, false
 }
