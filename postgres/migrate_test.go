@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"reprise"
 	"reprise/postgres"
 )
@@ -71,5 +73,37 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 	if n != postgres.SchemaVersion() {
 		t.Errorf("%d migrations recorded, want %d", n, postgres.SchemaVersion())
+	}
+}
+
+// TestKeysCompareAsBytes checks that every indexed text column has the "C"
+// collation (schema version 5), whatever the database's default.
+func TestKeysCompareAsBytes(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	openOn(t, dsn, &postgres.Options{Schema: schema})
+	rows, err := connect(t, dsn).Query(t.Context(), `
+		SELECT DISTINCT c.relname || '.' || a.attname, coalesce(co.collname, '')
+		FROM pg_index i
+		JOIN pg_class c ON c.oid = i.indrelid
+		JOIN pg_namespace n ON n.oid = c.relnamespace
+		JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey)
+		LEFT JOIN pg_collation co ON co.oid = a.attcollation
+		WHERE n.nspname = $1 AND a.atttypid = 'text'::regtype`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type column struct{ Name, Collation string }
+	columns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[column])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(columns) < 8 {
+		t.Fatalf("%d indexed text columns, want at least 8: %v", len(columns), columns)
+	}
+	for _, c := range columns {
+		if c.Collation != "C" {
+			t.Errorf("%s has collation %q, want C", c.Name, c.Collation)
+		}
 	}
 }
