@@ -27,9 +27,13 @@ var (
 type RunStatus string
 
 const (
-	// RunPending: created, no workflow code has run yet.
+	// RunPending: created, and no engine has taken it up yet.
 	RunPending RunStatus = "pending"
-	// RunRunning: the workflow has started and has not finished.
+	// RunRunning: an engine has taken the run up (claimed it, or created
+	// it leased to itself) and it has not finished. The status changes
+	// with the lease that starts the workflow rather than with its first
+	// step, so that the first advance leaves the run's indexed columns
+	// as they are (see docs/postgres.md).
 	RunRunning RunStatus = "running"
 	// RunCompleted: the workflow returned a result.
 	RunCompleted RunStatus = "completed"
@@ -103,7 +107,7 @@ type Task struct {
 // must pass.
 type Store interface {
 	// RunCreate creates a run and appends RunStarted; with an Owner, the new
-	// run is leased to it, and with First as well, First is recorded as
+	// run is leased to it (and running), and with First as well, First is recorded as
 	// RunAdvance would record it, in the same transaction (the lease's
 	// Advanced says what it did). If a run with the id exists, it returns
 	// that run (Token 0) and created=false, and changes nothing.
@@ -113,7 +117,8 @@ type Store interface {
 	// RunList lists runs, newest first.
 	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
 	// RunClaim leases active runs (pending or running) that no live owner
-	// holds, so that the caller executes their workflow code.
+	// holds, so that the caller executes their workflow code; a pending run
+	// is running from then on.
 	RunClaim(ctx context.Context, p *RunClaimParams) ([]RunLease, error)
 	// RunRenew sets the leases of all active runs the owner holds to lapse
 	// LeaseTTL from now; a zero LeaseTTL releases them for others to claim.

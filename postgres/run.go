@@ -134,7 +134,7 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 			// advance ends the run).
 			var known *lockedRun
 			if p.ParentID == "" {
-				known = &lockedRun{runHead: h, token: lease.Token, status: reprise.RunPending, workflow: run.Workflow}
+				known = &lockedRun{runHead: h, token: lease.Token, status: run.Status, workflow: run.Workflow}
 				h.owner = p.Owner
 			}
 			if lease.Advanced, err = s.advance(ctx, tx, first, known, run.CreatedAt); err != nil {
@@ -158,7 +158,8 @@ func createRead(clock any, p *reprise.RunCreateParams) *aheadRead {
 	return &aheadRead{
 		sql: `
 			INSERT INTO reprise_run (` + columns + `)
-			SELECT $2, $3, 'pending', $4::json, $5, CASE WHEN $5 = '' THEN 0 ELSE 1 END,
+			SELECT $2, $3, CASE WHEN $5 = '' THEN 'pending' ELSE 'running' END, $4::json, $5,
+				CASE WHEN $5 = '' THEN 0 ELSE 1 END,
 				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now, $7, $8, $9
 			FROM (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) c
 			ON CONFLICT (id) DO NOTHING
@@ -175,7 +176,8 @@ func createRead(clock any, p *reprise.RunCreateParams) *aheadRead {
 					AS q(at, id, workflow, input, owner, ttl, parent_id, parent_position, parent_execution, i)),
 			inserted AS (
 				INSERT INTO reprise_run (` + columns + `)
-				SELECT id, workflow, 'pending', input::json, owner, CASE WHEN owner = '' THEN 0 ELSE 1 END,
+				SELECT id, workflow, CASE WHEN owner = '' THEN 'pending' ELSE 'running' END, input::json, owner,
+					CASE WHEN owner = '' THEN 0 ELSE 1 END,
 					CASE WHEN owner = '' THEN NULL ELSE coalesce(at, c.now) + ttl END, 1, coalesce(at, c.now),
 					coalesce(at, c.now), parent_id, parent_position, parent_execution
 				FROM q, c
@@ -296,7 +298,8 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 			SELECT id AS picked_id FROM (SELECT * FROM unowned UNION ALL SELECT * FROM lapsed) x
 			ORDER BY created_at, id
 			LIMIT $4)
-		UPDATE reprise_run r SET owner = $2, token = r.token + 1, lease_until = c.now + $5::interval
+		UPDATE reprise_run r SET owner = $2, token = r.token + 1, lease_until = c.now + $5::interval,
+			status = 'running'
 		FROM picked, c
 		WHERE r.id = picked.picked_id
 		RETURNING `+runColumns+`, token, last_seq`,

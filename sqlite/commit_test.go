@@ -110,8 +110,8 @@ func TestCommitOneBadCallKeepsTheOthers(t *testing.T) {
 	if len(history) != 1 {
 		t.Fatalf("bad run's history has %d events, want only RunStarted: the failed call's writes must be undone", len(history))
 	}
-	if run, _ := s.RunGet(ctx, "bad"); run.Status != reprise.RunPending {
-		t.Fatalf("bad run is %s, want pending", run.Status)
+	if run, _ := s.RunGet(ctx, "bad"); run.Status != reprise.RunRunning || run.Execution != 1 {
+		t.Fatalf("bad run is %s in execution %d, want running in 1, as created", run.Status, run.Execution)
 	}
 }
 

@@ -58,6 +58,9 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		return reprise.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
 	}
 	status := reprise.RunPending
+	if p.Owner != "" {
+		status = reprise.RunRunning
+	}
 	var first *preparedAdvance
 	if p.First != nil {
 		if p.Owner == "" {
@@ -68,7 +71,6 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		if first, err = prepareAdvance(&fp); err != nil {
 			return reprise.RunLease{}, false, fmt.Errorf("create run %s: first advance: %w", p.ID, err)
 		}
-		status = reprise.RunRunning
 	}
 	var lease reprise.RunLease
 	var created bool
@@ -204,7 +206,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 		filter = "AND workflow IN (" + placeholders(len(p.Workflows)) + ")"
 	}
 	query := `
-		UPDATE runs SET owner = ?, lease_until = ?, token = token + 1
+		UPDATE runs SET owner = ?, lease_until = ?, token = token + 1, status = 'running'
 		WHERE id IN (
 			SELECT id FROM runs
 			WHERE status IN ('pending', 'running') AND lease_until <= ? ` + filter + `

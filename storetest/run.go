@@ -50,6 +50,9 @@ func testRunCreate(t *testing.T, open Open) {
 		if lease.Token == 0 {
 			t.Fatal("Token = 0 for a run created with an owner")
 		}
+		if lease.Run.Status != reprise.RunRunning || f.get("run-1").Status != reprise.RunRunning {
+			t.Fatalf("run created with an owner is %s, stored %s; want running", lease.Run.Status, f.get("run-1").Status)
+		}
 		f.clock.Advance(minute - time.Millisecond)
 		if got := f.runClaim(engine2, 10); len(got) != 0 {
 			t.Fatalf("RunClaim took a leased run: %d", len(got))
@@ -275,8 +278,12 @@ func testRunClaim(t *testing.T, open Open) {
 			if l.Token == 0 {
 				t.Fatalf("run %s claimed with token 0", l.Run.ID)
 			}
-			if l.Run.Workflow != "order" || l.Run.Status != reprise.RunPending || l.Run.Execution != 1 {
+			// A claimed run is running, and so is its row.
+			if l.Run.Workflow != "order" || l.Run.Status != reprise.RunRunning || l.Run.Execution != 1 {
 				t.Fatalf("claimed run = %+v", l.Run)
+			}
+			if stored := f.get(l.Run.ID); stored.Status != reprise.RunRunning {
+				t.Fatalf("claimed run %s is stored %s, want running", l.Run.ID, stored.Status)
 			}
 		}
 		if ids := leaseIDs(f.runClaim(engine2, 10)); !slices.Equal(ids, []string{"b"}) {
