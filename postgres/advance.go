@@ -103,9 +103,10 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 		if adv.Parent, err = reportToParent(a, &tx.out, run, parent, p.Finish.Status, p.Finish.Output, p.Finish.Error); err != nil {
 			return nil, err
 		}
-		if run.owner != "" {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: run.id, Owner: run.owner, Seq: run.lastSeq})
-		}
+		// No NoticeOutcome for the run itself: only its owner advances it,
+		// and an engine hears only of its own runs, so the one engine a
+		// notice would reach is the caller, which knows. (A cancel, which
+		// anyone may make, tells the owner.)
 		markMergeable(a.queueWith(b, []*runHead{run.runHead}, final, args...))
 	}
 	adv.Events = a.eventsOf(run.runHead)
