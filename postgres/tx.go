@@ -112,6 +112,7 @@ func (c *conversation) flush() []*pgx.QueuedQuery {
 		c.count(n)
 	}
 	c.queued, c.chains = nil, nil
+	unboxAll(q)
 	return q
 }
 

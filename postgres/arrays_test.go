@@ -1,0 +1,64 @@
+package postgres
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// TestUnboxedArraysEncodeAsPlain checks that each unboxing array encodes
+// to the same bytes as the slice it wraps, NULL for a nil slice included,
+// and that it allocates the same whatever its length.
+func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
+	at := time.Date(2026, 11, 24, 13, 0, 0, 123456000, time.UTC)
+	const n = 100
+	texts, times, int64s, int32s, bools := make([]string, n), make([]time.Time, n), make([]int64, n), make([]int32, n), make([]bool, n)
+	for i := range n {
+		texts[i] = fmt.Sprintf("run-%d", i)
+		times[i] = at.Add(time.Duration(i) * time.Millisecond)
+		int64s[i], int32s[i], bools[i] = int64(i)<<40, int32(-i), i%3 == 0
+	}
+	m := pgtype.NewMap()
+	for _, c := range []struct {
+		oid   uint32
+		plain any
+	}{
+		{pgtype.TextArrayOID, texts},
+		{pgtype.TimestamptzArrayOID, times},
+		{pgtype.Int8ArrayOID, int64s},
+		{pgtype.Int4ArrayOID, int32s},
+		{pgtype.BoolArrayOID, bools},
+		{pgtype.TextArrayOID, []string(nil)},
+		{pgtype.TextArrayOID, []string{}},
+	} {
+		arg := unboxed([]any{c.plain})[0]
+		name := fmt.Sprintf("%T of %v", arg, c.plain != nil)
+		want, err := m.Encode(c.oid, pgtype.BinaryFormatCode, c.plain, nil)
+		if err != nil {
+			t.Fatalf("%s: plain: %v", name, err)
+		}
+		got, err := m.Encode(c.oid, pgtype.BinaryFormatCode, arg, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !bytes.Equal(got, want) || (got == nil) != (want == nil) {
+			t.Errorf("%s encodes as %x, want %x", name, got, want)
+		}
+	}
+
+	buf := make([]byte, 0, 64<<10)
+	allocs := func(arg any) float64 {
+		return testing.AllocsPerRun(20, func() {
+			if _, err := m.Encode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, arg, buf[:0]); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	short, long := allocs(unboxed([]any{texts[:2]})[0]), allocs(unboxed([]any{texts})[0])
+	if long > short {
+		t.Errorf("encoding %d strings: %v allocations, %d strings: %v; want no more for more", n, long, 2, short)
+	}
+}
