@@ -284,3 +284,47 @@ func TestNondeterminismFailsTheRun(t *testing.T) {
 		t.Fatalf("run = %s %+v, want a nondeterminism failure naming position 1, a and b", run.Status, run.Error)
 	}
 }
+
+// TestManyRetriesAtOnce runs a step that fails 200 times, retried at once,
+// before it succeeds: a runner hears of failed attempts without being woken
+// for each (runner.push), and must still see every event, in order, and
+// the step's outcome.
+func TestManyRetriesAtOnce(t *testing.T) {
+	t.Parallel()
+	const fails = 200
+	var calls atomic.Int32
+	flaky := reprise.NewStep("flaky", func(ctx context.Context, n int) (int, error) {
+		if calls.Add(1) <= fails {
+			return 0, errors.New("not yet")
+		}
+		return n + 1, nil
+	}, reprise.WithPolicyText("[retry: unlimited, backoff_kind: none]"))
+	wf := reprise.NewWorkflow("many", func(ctx context.Context, n int) (int, error) {
+		n, err := reprise.Step(ctx, flaky, n)
+		if err != nil {
+			return 0, err
+		}
+		return reprise.Step(ctx, flaky, n)
+	})
+	env := reprisetest.New(t, nil, wf, flaky)
+	h, err := wf.Start(t.Context(), env.Engine, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Wait(h.ID)
+	if got, err := h.Result(t.Context()); err != nil || got != 3 {
+		t.Fatalf("result = %v, %v; want 3", got, err)
+	}
+	events := env.History(h.ID)
+	if c := countEvents(events, reprise.EventAttemptFailed); c != fails {
+		t.Errorf("%d failed attempts, want %d", c, fails)
+	}
+	if c := countEvents(events, reprise.EventStepCompleted); c != 2 {
+		t.Errorf("%d steps completed, want 2", c)
+	}
+	for i, ev := range events {
+		if ev.Seq != int64(i+1) {
+			t.Fatalf("event %d has seq %d", i, ev.Seq)
+		}
+	}
+}
