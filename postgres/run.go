@@ -277,7 +277,31 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 	// version); the update then takes the oldest of both by key. A
 	// semi-join of the table with the lists instead was planned, on a new
 	// schema, as a loop that read the lists again for every active run.
-	rows, err := s.pool.Query(ctx, `
+	rows, err := s.pool.Query(ctx, claimRunsSQL, s.clock(), p.Owner, p.Workflows, p.Limit, p.LeaseTTL)
+	if err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
+	}
+	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.RunLease, error) {
+		var l reprise.RunLease
+		var err error
+		l.Run, err = scanRun(row, &l.Token, &l.LastSeq)
+		return l, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("claim runs: %w", err)
+	}
+	slices.SortFunc(leases, func(a, b reprise.RunLease) int {
+		if c := a.Run.CreatedAt.Compare(b.Run.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Run.ID, b.Run.ID)
+	})
+	return leases, nil
+}
+
+// claimRunsSQL is RunClaim's statement: $1 the clock, $2 the owner, $3 the
+// workflows (NULL: any), $4 the limit, $5 the lease.
+const claimRunsSQL = `
 		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 		unowned AS (
 			SELECT id, created_at FROM reprise_run
@@ -302,28 +326,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 			status = 'running'
 		FROM picked, c
 		WHERE r.id = picked.picked_id
-		RETURNING `+runColumns+`, token, last_seq`,
-		s.clock(), p.Owner, p.Workflows, p.Limit, p.LeaseTTL)
-	if err != nil {
-		return nil, fmt.Errorf("claim runs: %w", err)
-	}
-	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.RunLease, error) {
-		var l reprise.RunLease
-		var err error
-		l.Run, err = scanRun(row, &l.Token, &l.LastSeq)
-		return l, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("claim runs: %w", err)
-	}
-	slices.SortFunc(leases, func(a, b reprise.RunLease) int {
-		if c := a.Run.CreatedAt.Compare(b.Run.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Run.ID, b.Run.ID)
-	})
-	return leases, nil
-}
+		RETURNING ` + runColumns + `, token, last_seq`
 
 // RunRenew sets the leases of the owner's active runs to lapse p.LeaseTTL
 // from now; a zero LeaseTTL releases them, and sends NoticeRunReady.
