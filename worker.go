@@ -701,7 +701,7 @@ func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool)
 	})
 	p.Retry, p.Delay, p.Reason = d.Retry, d.Delay, string(d.Reason)
 	if d.Rule >= 0 {
-		p.Rule = (&retry.Policy{Rules: pol.Rules[d.Rule : d.Rule+1]}).String()
+		p.Rule = e.ruleText(pol, d.Rule)
 	}
 	if d.Retry && cfg.nextDelay != nil {
 		if nd, ok := cfg.nextDelay(t.Attempt, err); ok {
@@ -715,6 +715,20 @@ func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool)
 		p.Error.Message = fmt.Sprintf("%s (next retry in %v would pass the %v deadline)", p.Error.Message, d.Delay, pol.Deadline)
 	}
 	return p
+}
+
+// ruleText is rule i of pol in text form, as AttemptFailed records the
+// rule that decided; each is formatted once per decoded policy.
+func (e *Engine) ruleText(pol *retry.Policy, i int) string {
+	if texts, ok := e.ruleTexts.Load(pol); ok {
+		return texts.([]string)[i]
+	}
+	texts := make([]string, len(pol.Rules))
+	for k := range pol.Rules {
+		texts[k] = (&retry.Policy{Rules: pol.Rules[k : k+1]}).String()
+	}
+	e.ruleTexts.Store(pol, texts)
+	return texts[i]
 }
 
 // decodePolicy reads a task's policy, caching by its encoding.
