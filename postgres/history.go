@@ -42,6 +42,14 @@ type appender struct {
 	events []reprise.Event
 	rows   []eventRows // events[rows[i].first:][:len(rows[i].bodies)]
 	heads  []*runHead
+
+	// Room for the common write, two events of one run in one row (a
+	// retry, a step leased as scheduled, a step's result with the run's
+	// end), so that it allocates no more.
+	events0 [2]reprise.Event
+	rows0   [1]eventRows
+	bodies0 [2][]byte
+	heads0  [1]*runHead
 }
 
 // eventRows are the events of one row: consecutive events of one run, at
@@ -53,7 +61,9 @@ type eventRows struct {
 }
 
 func newAppender(now time.Time) *appender {
-	return &appender{now: now}
+	a := &appender{now: now}
+	a.events, a.rows, a.heads = a.events0[:0], a.rows0[:0], a.heads0[:0]
+	return a
 }
 
 // add appends e to h's history: it numbers the event, stamps it with the
@@ -88,7 +98,11 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 			return nil
 		}
 	}
-	a.rows = append(a.rows, eventRows{head: h, first: len(a.events) - 1, bodies: [][]byte{body}})
+	bodies := [][]byte{body}
+	if len(a.rows) == 0 {
+		bodies = append(a.bodies0[:0], body)
+	}
+	a.rows = append(a.rows, eventRows{head: h, first: len(a.events) - 1, bodies: bodies})
 	return nil
 }
 
