@@ -27,6 +27,24 @@ type Timer interface {
 	Stop() bool
 }
 
+// A deadlineTimer can be set to fire at a time rather than after a
+// duration. A FakeClock's timers can: a duration read off a clock that a
+// test moves meanwhile would count from the new time, and the timer would
+// fire late by the move (the dispatcher slept past a retry's time, and a
+// test that had moved the clock to it waited forever).
+type deadlineTimer interface {
+	ResetAt(when time.Time)
+}
+
+// resetAt makes t fire at when, by c's time.
+func resetAt(t Timer, when time.Time, c Clock) {
+	if dt, ok := t.(deadlineTimer); ok {
+		dt.ResetAt(when)
+		return
+	}
+	t.Reset(when.Sub(c.Now()))
+}
+
 // SystemClock is the real clock.
 var SystemClock Clock = systemClock{}
 
@@ -171,12 +189,24 @@ func (t *fakeTimer) fire(now time.Time) {
 }
 
 func (t *fakeTimer) Reset(d time.Duration) {
+	t.c.mu.Lock()
+	t.resetLocked(t.c.now.Add(d))
+}
+
+// ResetAt makes the timer fire when the clock reaches when: at once if it
+// has (deadlineTimer).
+func (t *fakeTimer) ResetAt(when time.Time) {
+	t.c.mu.Lock()
+	t.resetLocked(when)
+}
+
+// resetLocked sets the timer to when; c.mu must be held, and is released.
+func (t *fakeTimer) resetLocked(when time.Time) {
 	c := t.c
-	c.mu.Lock()
 	t.remove()
 	t.drain()
-	t.when = c.now.Add(d)
-	if d <= 0 {
+	t.when = when
+	if !when.After(c.now) {
 		now := c.now
 		c.mu.Unlock()
 		t.fire(now)

@@ -115,7 +115,7 @@ func (e *Engine) dispatch(ctx context.Context) {
 			default:
 			}
 		}
-		t.Reset(next.Sub(e.clock.Now()))
+		resetAt(t, next, e.clock)
 		e.wakeAt.Store(next.UnixNano())
 		e.busy.Add(-1)
 		select {
