@@ -286,9 +286,8 @@ func TestNondeterminismFailsTheRun(t *testing.T) {
 }
 
 // TestManyRetriesAtOnce runs a step that fails 200 times, retried at once,
-// before it succeeds: a runner hears of failed attempts without being woken
-// for each (runner.push), and must still see every event, in order, and
-// the step's outcome.
+// before it succeeds, twice: every attempt is in the history, in order, and
+// the workflow sees each step's outcome.
 func TestManyRetriesAtOnce(t *testing.T) {
 	t.Parallel()
 	const fails = 200

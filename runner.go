@@ -165,17 +165,9 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 
 // push hands events appended elsewhere (a step's outcome, a timer) to the
 // runner. It never blocks.
-//
-// Events that settle nothing a workflow can wait for (a failed attempt
-// that is retried, the next attempt's start) wait in the inbox for the
-// next wake-up, which applies them in order before what woke it: a step
-// retried at once then wakes its runner once, for its outcome, not twice
-// per failed attempt to no effect. A step that fails on and on still wakes
-// it now and then, so that the inbox stays short.
 func (r *runner) push(events []Event) {
 	r.mu.Lock()
 	r.inbox = append(r.inbox, events...)
-	quiet := len(events) > 0 && len(r.inbox) <= 64 && !settlesAny(events)
 	if n := len(events); n > 0 {
 		r.pollAt = time.Time{}
 		// An outcome's events are consecutive: they extend what the
@@ -185,9 +177,6 @@ func (r *runner) push(events []Event) {
 		}
 	}
 	r.mu.Unlock()
-	if quiet {
-		return
-	}
 	// A wake-up not yet taken counts as busy; the runner inherits it.
 	r.e.busy.Add(1)
 	select {
@@ -195,18 +184,6 @@ func (r *runner) push(events []Event) {
 	default:
 		r.e.busy.Add(-1)
 	}
-}
-
-// settlesAny reports whether events may settle something a workflow waits
-// for: anything but attempts starting and failing (a step's final failure
-// is StepFailed).
-func settlesAny(events []Event) bool {
-	for i := range events {
-		if t := events[i].Type; t != EventAttemptStarted && t != EventAttemptFailed {
-			return true
-		}
-	}
-	return false
 }
 
 // resync tells the runner that another process appended to its history.
