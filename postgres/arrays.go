@@ -12,7 +12,7 @@ import (
 // pgx reads an array argument element by element through
 // pgtype.ArrayGetter, whose Index returns each element as an any: for a
 // []string, []time.Time or []int64 that is an allocation per element, and
-// the merged writes of a group carry thousands of elements (a tenth of the
+// the merged writes of a group carry thousands of elements (8 % of the
 // engine process's allocations in the multi-process benchmark). These
 // arrays hand out pointers to their elements instead, which box for free,
 // typed so that pgx encodes them through its valuer interfaces.

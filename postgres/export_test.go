@@ -39,29 +39,18 @@ func Histories(ctx context.Context, s *Store, ps []reprise.HistoryListParams) ([
 
 // ClaimPlan returns the plan RunClaim's statement has on one of s's pooled
 // connections, as EXPLAIN prints it: the generic plan a prepared statement
-// keeps for the connection's life. Each of settings ("random_page_cost =
-// 100") holds for the probe alone.
-func ClaimPlan(ctx context.Context, s *Store, settings ...string) (string, error) {
+// keeps for the connection's life.
+func ClaimPlan(ctx context.Context, s *Store) (string, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return "", err
 	}
 	defer conn.Release()
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx)
-	for _, set := range settings {
-		if _, err := tx.Exec(ctx, "SET LOCAL "+set); err != nil {
-			return "", err
-		}
-	}
-	if _, err := tx.Exec(ctx, `PREPARE probe_claim(timestamptz, text, text[], int, interval) AS `+claimRunsSQL); err != nil {
+	if _, err := conn.Exec(ctx, `PREPARE probe_claim(timestamptz, text, text[], int, interval) AS `+claimRunsSQL); err != nil {
 		return "", err
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), `DEALLOCATE probe_claim`)
-	rows, err := tx.Query(ctx, `EXPLAIN EXECUTE probe_claim(NULL, 'probe', NULL, 10, '1 minute')`)
+	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE probe_claim(NULL, 'probe', NULL, 10, '1 minute')`)
 	if err != nil {
 		return "", err
 	}
