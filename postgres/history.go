@@ -98,9 +98,11 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 			return nil
 		}
 	}
-	bodies := [][]byte{body}
+	var bodies [][]byte
 	if len(a.rows) == 0 {
 		bodies = append(a.bodies0[:0], body)
+	} else {
+		bodies = [][]byte{body}
 	}
 	a.rows = append(a.rows, eventRows{head: h, first: len(a.events) - 1, bodies: bodies})
 	return nil
