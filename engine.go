@@ -112,8 +112,7 @@ type Engine struct {
 	runnersWG  sync.WaitGroup
 	workWG     sync.WaitGroup
 	goroutines *gopool  // runs runners and attempts
-	decoded    sync.Map // string(policy JSON) → *retry.Policy
-	ruleTexts  sync.Map // *retry.Policy (of decoded) → []string, each rule's text
+	decoded    sync.Map // string(policy JSON) → *policy
 
 	// busy counts goroutines doing engine work now, and wake-ups sent but
 	// not yet taken; inStep counts attempts inside step code; act counts

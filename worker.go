@@ -557,7 +557,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry) (next *Task) {
 
 // attemptLimit is how long an attempt may run: the policy's timeout, cut
 // to what is left of the step's deadline.
-func attemptLimit(pol *retry.Policy, t *Task, now time.Time) time.Duration {
+func attemptLimit(pol *policy, t *Task, now time.Time) time.Duration {
 	limit := t.Timeout
 	if pol != nil && pol.Deadline > 0 {
 		first := t.FirstStartedAt
@@ -632,7 +632,7 @@ func (b *beat) stop() {
 // finishAttempt records the attempt's outcome and tells the run. A
 // failure retried at once has its next attempt started in the same
 // transaction; finishAttempt returns it.
-func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *retry.Policy) (next *Task) {
+func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *policy) (next *Task) {
 	var o *Outcome
 	var serr error
 	if err == nil {
@@ -670,7 +670,7 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *ret
 }
 
 // failParams applies the policy to a failed attempt.
-func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool) *TaskFailParams {
+func (e *Engine) failParams(t *Task, err error, pol *policy, expired bool) *TaskFailParams {
 	p := &TaskFailParams{TaskID: t.ID, Token: t.Token, Error: *errorInfo(err), Expired: expired}
 	if pol == nil {
 		p.Reason = string(retry.ReasonPermanent)
@@ -701,7 +701,7 @@ func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool)
 	})
 	p.Retry, p.Delay, p.Reason = d.Retry, d.Delay, string(d.Reason)
 	if d.Rule >= 0 {
-		p.Rule = e.ruleText(pol, d.Rule)
+		p.Rule = pol.rules[d.Rule]
 	}
 	if d.Retry && cfg.nextDelay != nil {
 		if nd, ok := cfg.nextDelay(t.Attempt, err); ok {
@@ -717,30 +717,28 @@ func (e *Engine) failParams(t *Task, err error, pol *retry.Policy, expired bool)
 	return p
 }
 
-// ruleText is rule i of pol in text form, as AttemptFailed records the
-// rule that decided; each is formatted once per decoded policy.
-func (e *Engine) ruleText(pol *retry.Policy, i int) string {
-	if texts, ok := e.ruleTexts.Load(pol); ok {
-		return texts.([]string)[i]
-	}
-	texts := make([]string, len(pol.Rules))
-	for k := range pol.Rules {
-		texts[k] = (&retry.Policy{Rules: pol.Rules[k : k+1]}).String()
-	}
-	e.ruleTexts.Store(pol, texts)
-	return texts[i]
+// A policy is a task's retry policy as decoded once per encoding, with
+// the text of each of its rules, as AttemptFailed records the rule that
+// decided.
+type policy struct {
+	*retry.Policy
+	rules []string
 }
 
 // decodePolicy reads a task's policy, caching by its encoding.
-func (e *Engine) decodePolicy(b json.RawMessage) (*retry.Policy, error) {
+func (e *Engine) decodePolicy(b json.RawMessage) (*policy, error) {
 	if p, ok := e.decoded.Load(string(b)); ok {
-		return p.(*retry.Policy), nil
+		return p.(*policy), nil
 	}
-	p := new(retry.Policy)
+	p := &policy{Policy: new(retry.Policy)}
 	if len(b) > 0 {
-		if err := json.Unmarshal(b, p); err != nil {
+		if err := json.Unmarshal(b, p.Policy); err != nil {
 			return nil, fmt.Errorf("decode policy: %w", err)
 		}
+	}
+	p.rules = make([]string, len(p.Rules))
+	for k := range p.Rules {
+		p.rules[k] = (&retry.Policy{Rules: p.Rules[k : k+1]}).String()
 	}
 	e.decoded.Store(string(b), p)
 	return p, nil
