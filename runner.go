@@ -722,7 +722,7 @@ func (r *runner) handOff(t *Task, out json.RawMessage) bool {
 	r.mu.Lock()
 	ok := r.waitingFor != 0 && r.waitingFor == t.Position && t.Execution == r.execution && r.handed == nil
 	if ok {
-		r.handed = &handed{pos: t.Position, result: TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out}}
+		r.handed = &handed{pos: t.Position, result: TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt}}
 		r.waitingFor = 0
 	}
 	r.mu.Unlock()

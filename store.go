@@ -409,6 +409,11 @@ type TaskCompleteParams struct {
 	TaskID int64
 	Token  int64
 	Output json.RawMessage
+	// Attempt is the number of the attempt the token's holder ran, as the
+	// store gave it (Task.Attempt), or zero. A store that started that
+	// attempt in place (see TaskFailParams.LeaseNext) records it; others
+	// may ignore it.
+	Attempt int
 }
 
 // TaskFailParams records a failed attempt and the policy's decision.
@@ -425,6 +430,8 @@ type TaskFailParams struct {
 	// Expired is set by the lease reaper: the write then requires the lease
 	// to have lapsed, where a worker's write requires it not to have.
 	Expired bool
+	// Attempt is as in TaskCompleteParams.
+	Attempt int
 	// LeaseNext, with Retry and a zero Delay, starts the next attempt at
 	// once in the same transaction, leased to LeaseOwner for LeaseTTL as
 	// TaskClaim would lease it (AttemptStarted follows AttemptFailed); the
@@ -433,6 +440,14 @@ type TaskFailParams struct {
 	// of the attempt before, the same owner's, while it has half its
 	// LeaseTTL or more to run and the step has no timeout; the worker
 	// heartbeats from the new attempt's start as it would anyway.
+	//
+	// With that lease kept and no lapses to reset, a store may also start
+	// the next attempt in place: the task's row stays as it was, and the
+	// next attempt keeps the token of the one before. Its holder is the
+	// same owner, whose attempt has ended, so no stale write can come of
+	// it. The holder's writes then say which attempt they are about
+	// (Attempt), and TaskGet and TaskListExpired read the attempt, and
+	// when it started, from the history.
 	LeaseNext  bool
 	LeaseOwner string
 	LeaseTTL   time.Duration

@@ -642,7 +642,7 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *pol
 		if e.handOff(t, out) {
 			return nil // the run records it with its next advance
 		}
-		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out})
+		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt})
 	} else {
 		p := e.failParams(t, err, pol, false)
 		if p.Retry && p.Delay == 0 && e.canLeaseNext(t) {
@@ -671,7 +671,7 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *pol
 
 // failParams applies the policy to a failed attempt.
 func (e *Engine) failParams(t *Task, err error, pol *policy, expired bool) *TaskFailParams {
-	p := &TaskFailParams{TaskID: t.ID, Token: t.Token, Error: *errorInfo(err), Expired: expired}
+	p := &TaskFailParams{TaskID: t.ID, Token: t.Token, Attempt: t.Attempt, Error: *errorInfo(err), Expired: expired}
 	if pol == nil {
 		p.Reason = string(retry.ReasonPermanent)
 		return p

@@ -140,6 +140,7 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 		if token != c.Token || owner == "" || lease == nil || !lease.After(now) {
 			return reprise.ErrLeaseLost
 		}
+		attempt = max(attempt, c.Attempt) // the row's may be behind (startNext)
 		err = a.add(run.runHead, reprise.Event{
 			Type: reprise.EventStepCompleted, Execution: execution, Position: position, Step: step,
 			Attempt: attempt, Output: c.Output,

@@ -57,3 +57,11 @@ func ClaimPlan(ctx context.Context, s *Store) (string, error) {
 	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	return strings.Join(lines, "\n"), err
 }
+
+// TaskRowVersion returns the transaction that last wrote the task's row
+// (its xmin): the same before and after a write that left the row alone.
+func TaskRowVersion(ctx context.Context, s *Store, id int64) (string, error) {
+	var xmin string
+	err := s.pool.QueryRow(ctx, `SELECT xmin::text FROM reprise_task WHERE id = $1`, id).Scan(&xmin)
+	return xmin, err
+}

@@ -200,3 +200,38 @@ func claimedTask(t *testing.T, s *postgres.Store, step reprise.StepSpec) *repris
 		Owner: "w1", Steps: []reprise.StepQuota{{Name: step.Name, Limit: 1}}, LeaseTTL: time.Minute,
 	}))[0]
 }
+
+// TestRetryInPlaceLeavesTheTaskRow: a retry at once by the lease's owner,
+// which keeps its lease, writes its events and not the task's row; the
+// next attempt keeps the token. A retry leased to another owner writes
+// the row as a claim would.
+func TestRetryInPlaceLeavesTheTaskRow(t *testing.T) {
+	t.Parallel()
+	clock := newFakeClock()
+	s := openStore(t, clock.Now)
+	ctx := t.Context()
+	task := claimedTask(t, s, reprise.StepSpec{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)})
+	version := func() string { return must[string](t)(postgres.TaskRowVersion(ctx, s, task.ID)) }
+	retry := func(task *reprise.Task, owner string) *reprise.Task {
+		clock.Add(time.Second)
+		return must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
+			TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Error: reprise.ErrorInfo{Type: "E"}, Retry: true,
+			LeaseNext: true, LeaseOwner: owner, LeaseTTL: time.Minute,
+		})).Next
+	}
+
+	before := version()
+	n := retry(task, "w1")
+	if n.Attempt != 2 || n.Token != task.Token || version() != before {
+		t.Fatalf("retry in place: next %+v (token before %d), row version %s then %s; want attempt 2, the same token and row",
+			n, task.Token, before, version())
+	}
+	n = retry(n, "w2")
+	if n.Attempt != 3 || n.Token == task.Token || version() == before {
+		t.Fatalf("retry leased to another owner: next %+v, row version %s then %s; want attempt 3, a new token and row",
+			n, before, version())
+	}
+	if got := must[*reprise.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
+		t.Errorf("stored task = %+v\nnext        = %+v", got, n)
+	}
+}

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"reprise"
+	"reprise/internal/eventrow"
 )
 
 // taskColumns are the columns scanTask reads, in order.
@@ -169,6 +171,9 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("get task %d: %w", id, reprise.ErrNotFound)
 	}
+	if err == nil {
+		err = s.currentAttempt(ctx, t)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("get task %d: %w", id, err)
 	}
@@ -219,7 +224,9 @@ type leasedTask struct {
 // that holds both keeps, and checks the lease: token, held, and lapsed or
 // not as expired says. Anything else is ErrLeaseLost. full also reads what
 // the next attempt's lease needs (input, policy and the rest) into next.
-func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired, full bool) (*leasedTask, error) {
+// attempt is the one the token's holder says it ran: a retry in place
+// (TaskFail) leaves the row's behind it.
+func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt int, expired, full bool) (*leasedTask, error) {
 	t := leasedTask{id: id, run: &runHead{}}
 	dest := []any{&t.run.id, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease,
 		&t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now}
@@ -251,6 +258,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, expired,
 	if t.token != token || t.owner == "" || t.lease == nil || t.lease.After(t.now) == expired {
 		return nil, reprise.ErrLeaseLost
 	}
+	t.attempt = max(t.attempt, attempt)
 	if full {
 		n := t.next
 		n.RunID, n.Execution, n.Position, n.Step = t.run.id, t.execution, t.position, t.step
@@ -291,7 +299,7 @@ const (
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var o *reprise.Outcome
 	err := s.txOwning(ctx, []*aheadRead{lockTaskRead(s.clock(), p.TaskID, false)}, func(tx *txn) error {
-		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, false, false)
+		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, false, false)
 		if err != nil {
 			return err
 		}
@@ -328,7 +336,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
 	var o *reprise.Outcome
 	err := s.txOwning(ctx, []*aheadRead{lockTaskRead(s.clock(), p.TaskID, leaseNext)}, func(tx *txn) error {
-		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Expired, leaseNext)
+		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, p.Expired, leaseNext)
 		if err != nil {
 			return err
 		}
@@ -346,9 +354,14 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				return err
 			}
 			if leaseNext {
-				next, err := startNext(a, t, p)
+				next, inPlace, err := startNext(a, t, p)
 				if err != nil {
 					return err
+				}
+				o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
+				if inPlace {
+					a.queue(b)
+					return nil
 				}
 				markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
 					UPDATE reprise_task t SET attempt = n.attempt, token = n.token, owner = n.owner,
@@ -359,17 +372,17 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 					append(headsArgs(t.run), []int64{t.id}, []int32{int32(next.Attempt)}, []int64{next.Token},
 						[]string{p.LeaseOwner}, []time.Time{next.StartedAt}, []time.Time{next.LeaseUntil},
 						[]int32{int32(next.Lapses)})...))
-				o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
 				return nil
 			}
 			// A lease that lapsed counts towards poison; any other result
 			// ends the streak.
 			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
-				UPDATE reprise_task t SET owner = '', lease_until = NULL, ready_at = r.ready_at,
+				UPDATE reprise_task t SET owner = '', lease_until = NULL, ready_at = r.ready_at, attempt = r.attempt,
 					lapses = CASE WHEN r.expired THEN t.lapses + 1 ELSE 0 END
-				FROM unnest($10::bigint[], $11::timestamptz[], $12::bool[]) AS r(id, ready_at, expired)
+				FROM unnest($10::bigint[], $11::timestamptz[], $12::bool[], $13::int[]) AS r(id, ready_at, expired, attempt)
 				WHERE t.id = r.id`,
-				append(headsArgs(t.run), []int64{t.id}, []time.Time{failed.RetryAt}, []bool{p.Expired})...))
+				append(headsArgs(t.run), []int64{t.id}, []time.Time{failed.RetryAt}, []bool{p.Expired},
+					[]int32{int32(t.attempt)})...))
 			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
 		} else {
 			failed.Reason = p.Reason
@@ -386,10 +399,10 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			// The task moves aside, as it was scheduled, for RunRedrive.
 			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`,
 				failed AS (
-					DELETE FROM reprise_task t USING unnest($10::bigint[], $11::bigint[]) AS f(id, seq)
+					DELETE FROM reprise_task t USING unnest($10::bigint[], $11::bigint[], $12::int[]) AS f(id, seq, attempt)
 					WHERE t.id = f.id
 					RETURNING t.run_id, t.execution, t.position, t.step, t.input, t.idempotency_key, t.policy,
-						t.timeout, t.attempt, f.seq)
+						t.timeout, f.attempt, f.seq)
 				INSERT INTO reprise_step_failed (run_id, execution, position, step, input, idempotency_key, policy,
 					timeout, attempt, seq)
 				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, seq
@@ -397,7 +410,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
 					attempt = excluded.attempt, seq = excluded.seq`,
-				append(headsArgs(t.run), []int64{t.id}, []int64{t.run.lastSeq})...))
+				append(headsArgs(t.run), []int64{t.id}, []int64{t.run.lastSeq}, []int32{int32(t.attempt)})...))
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		}
 		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
@@ -415,20 +428,27 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 //
 // An attempt without a timeout keeps the lease of the one before when
 // that is the same owner's with half its LeaseTTL or more to run, as a
-// heartbeat would not yet have renewed it: the task's row then changes no
-// indexed column (its lease_until, owner and ready_at stay), and the
-// server updates it in place (HOT) rather than add an entry to each of its
-// indexes for every retry.
-func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (*reprise.Task, error) {
-	n := t.next
+// heartbeat would not yet have renewed it. If the lapses need no reset
+// either, it starts in place (inPlace): it keeps the token too, and the
+// task's row is left as it was, its attempt and started_at those of the
+// last claim (the history has the rest: currentAttempts). A retry then
+// writes its events and its run's head, and not the task: a third of
+// what a retry cost the server.
+func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (n *reprise.Task, inPlace bool, err error) {
+	n = t.next
 	ttl := p.LeaseTTL
 	if n.Timeout > 0 && n.Timeout < ttl {
 		ttl = n.Timeout
 	}
+	kept := n.Timeout == 0 && t.owner == p.LeaseOwner && t.lease.Sub(a.now) >= ttl/2
+	inPlace = kept && !p.Expired && n.Lapses == 0
 	n.Attempt, n.Token = t.attempt+1, t.token+1
+	if inPlace {
+		n.Token = t.token
+	}
 	n.StartedAt = a.now
 	n.LeaseUntil = a.now.Add(ttl).Truncate(time.Microsecond)
-	if n.Timeout == 0 && t.owner == p.LeaseOwner && t.lease.Sub(a.now) >= ttl/2 {
+	if kept {
 		n.LeaseUntil = t.lease.UTC()
 	}
 	if n.FirstStartedAt.IsZero() {
@@ -439,11 +459,11 @@ func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (*reprise.
 	} else {
 		n.Lapses = 0
 	}
-	err := a.add(t.run, reprise.Event{
+	err = a.add(t.run, reprise.Event{
 		Type: reprise.EventAttemptStarted, Execution: n.Execution, Position: n.Position, Step: n.Step,
 		Attempt: n.Attempt, Worker: p.LeaseOwner, LeaseUntil: n.LeaseUntil, IdempotencyKey: n.IdempotencyKey,
 	})
-	return n, err
+	return n, inPlace, err
 }
 
 // TaskListExpired returns up to p.Limit (zero: 100) leased tasks whose
@@ -466,5 +486,70 @@ func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredP
 	if err != nil {
 		return nil, fmt.Errorf("list expired tasks: %w", err)
 	}
+	for _, t := range tasks {
+		if err := s.currentAttempt(ctx, t); err != nil {
+			return nil, fmt.Errorf("list expired tasks: %w", err)
+		}
+	}
 	return tasks, nil
+}
+
+// currentAttempt sets a leased task's Attempt and StartedAt to those of
+// its step's last AttemptStarted, when that is later than the row's: an
+// attempt started in place (startNext) leaves the row as the last claim
+// wrote it. It reads the run's rows newest first, a page at a time, until
+// it meets the step's newest AttemptStarted; that is most often in the
+// first row.
+func (s *Store) currentAttempt(ctx context.Context, t *reprise.Task) error {
+	if t.LeaseUntil.IsZero() {
+		return nil // ready: the row is the claim's to write
+	}
+	const page = 8
+	before := int64(math.MaxInt64)
+	for {
+		rows, err := s.pool.Query(ctx, `
+			SELECT seq, execution, at, data FROM reprise_event
+			WHERE run_id = $1 AND seq < $2
+			ORDER BY seq DESC
+			LIMIT $3`,
+			t.RunID, before, page)
+		if err != nil {
+			return err
+		}
+		var events []reprise.Event
+		n := 0
+		for rows.Next() {
+			var (
+				seq       int64
+				execution int
+				at        time.Time
+				data      []byte
+			)
+			if err := rows.Scan(&seq, &execution, &at, &data); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			before = seq
+			if events, err = eventrow.Decode(events[:0], seq, execution, at.UTC(), data, 0); err != nil {
+				rows.Close()
+				return err
+			}
+			for _, e := range slices.Backward(events) {
+				if e.Type == reprise.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
+					rows.Close()
+					if e.Attempt > t.Attempt {
+						t.Attempt, t.StartedAt = e.Attempt, e.At
+					}
+					return nil
+				}
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n < page {
+			return nil
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"encoding/json"
 	"reflect"
 	"testing"
 	"time"
@@ -241,5 +242,97 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 			t.Fatalf("TaskGet = %+v, %v: want Lapses 0", got, err)
 		}
 		f.complete(next)
+	})
+
+	// A store may start a retry at once in place (see TaskFailParams.
+	// LeaseNext): the row stays as the claim wrote it and the token stays.
+	// Whatever it does, every reader and every later write must see the
+	// attempt the history says.
+	t.Run("AttemptsStartedInPlaceCountAsTheHistorySays", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.schedule("run-1", newStep(1, "charge"))
+		first := f.claimOne("charge")
+		second := f.retryLeased(first, worker, minute).Next
+		f.clock.Advance(time.Second)
+		started := f.now()
+		third := f.retryLeased(second, worker, minute).Next
+		if second == nil || third == nil || second.Attempt != 2 || third.Attempt != 3 {
+			t.Fatalf("Outcome.Next = %+v then %+v, want attempts 2 and 3", second, third)
+		}
+		requireTime(t, "StartedAt", third.StartedAt, started)
+		if got := f.last("run-1", 1)[0]; got.Type != reprise.EventAttemptStarted || got.Attempt != 3 {
+			t.Fatalf("last event = %s, want AttemptStarted of attempt 3", dump([]reprise.Event{got}))
+		}
+		got, err := f.store.TaskGet(t.Context(), third.ID)
+		if err != nil {
+			t.Fatalf("TaskGet: %v", err)
+		}
+		if got.Attempt != 3 || got.Token != third.Token || !got.StartedAt.Equal(started) || !got.LeaseUntil.Equal(third.LeaseUntil) {
+			t.Fatalf("TaskGet = %+v, want attempt 3 as Outcome.Next %+v", got, third)
+		}
+
+		// The lease lapses: the reaper sees attempt 3, and its retry
+		// makes attempt 4 the next claim's.
+		f.clock.Advance(2 * minute)
+		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		if err != nil {
+			t.Fatalf("TaskListExpired: %v", err)
+		}
+		if len(expired) != 1 || expired[0].Attempt != 3 || expired[0].Token != third.Token {
+			t.Fatalf("TaskListExpired = %+v, want attempt 3 with token %d", expired, third.Token)
+		}
+		reap := retryParams(expired[0], 0)
+		reap.Expired = true
+		out, err := f.store.TaskFail(t.Context(), reap)
+		if err != nil {
+			t.Fatalf("TaskFail(Expired): %v", err)
+		}
+		if len(out.Events) != 1 || out.Events[0].Attempt != 3 {
+			t.Fatalf("reaper's events = %s, want AttemptFailed of attempt 3", dump(out.Events))
+		}
+		fourth := f.claimOne("charge")
+		if fourth.Attempt != 4 {
+			t.Fatalf("claimed attempt %d, want 4", fourth.Attempt)
+		}
+
+		// The step's result, handed to the workflow, is recorded for the
+		// attempt that made it.
+		fifth := f.retryLeased(fourth, worker, minute).Next
+		sixth := f.retryLeased(fifth, worker, minute).Next
+		events := f.advance(lease, reprise.RunAdvanceParams{Completed: []reprise.TaskCompleteParams{{
+			TaskID: sixth.ID, Token: sixth.Token, Attempt: sixth.Attempt, Output: json.RawMessage(`1`),
+		}}})
+		if len(events) != 1 || events[0].Type != reprise.EventStepCompleted || events[0].Attempt != 6 {
+			t.Fatalf("advance events = %s, want StepCompleted of attempt 6", dump(events))
+		}
+	})
+
+	t.Run("AStepFailedAfterAttemptsInPlaceIsRedrivenFromItsLast", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.schedule("run-1", newStep(1, "charge"))
+		first := f.claimOne("charge")
+		second := f.retryLeased(first, worker, minute).Next
+		third := f.retryLeased(second, worker, minute).Next
+		f.failAttempt(third)
+		if got := f.last("run-1", 1)[0]; got.Type != reprise.EventStepFailed || got.Attempt != 3 {
+			t.Fatalf("last event = %s, want StepFailed of attempt 3", dump([]reprise.Event{got}))
+		}
+		f.failRun(lease)
+		if _, err := f.store.RunRedrive(t.Context(), &reprise.RunRedriveParams{ID: "run-1", By: "operator"}); err != nil {
+			t.Fatalf("RunRedrive: %v", err)
+		}
+		task := f.claimOne("charge")
+		if task.Attempt != 4 || task.Base != 3 {
+			t.Fatalf("redriven task = %+v, want attempt 4 over base 3", task)
+		}
+		// The completion of an attempt started in place names it.
+		done := f.complete(f.retryLeased(task, worker, minute).Next)
+		if len(done.Events) != 1 || done.Events[0].Attempt != 5 {
+			t.Fatalf("TaskComplete events = %s, want StepCompleted of attempt 5", dump(done.Events))
+		}
 	})
 }

@@ -12,7 +12,7 @@ import (
 func (f *fixture) failAttempt(task *reprise.Task) {
 	f.t.Helper()
 	_, err := f.store.TaskFail(f.t.Context(), &reprise.TaskFailParams{
-		TaskID: task.ID, Token: task.Token, Error: reprise.ErrorInfo{Type: "Declined", Message: "card declined"},
+		TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Error: reprise.ErrorInfo{Type: "Declined", Message: "card declined"},
 		Rule: "[retry: 1]", Reason: "exhausted",
 	})
 	if err != nil {

@@ -225,7 +225,7 @@ func (f *fixture) last(runID string, n int) []reprise.Event {
 func (f *fixture) complete(task *reprise.Task) *reprise.Outcome {
 	f.t.Helper()
 	out, err := f.store.TaskComplete(f.t.Context(), &reprise.TaskCompleteParams{
-		TaskID: task.ID, Token: task.Token, Output: json.RawMessage(`"done"`),
+		TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Output: json.RawMessage(`"done"`),
 	})
 	if err != nil {
 		f.t.Fatalf("TaskComplete(%d): %v", task.ID, err)
@@ -245,12 +245,13 @@ func (f *fixture) retry(task *reprise.Task, delay time.Duration) *reprise.Outcom
 
 func retryParams(task *reprise.Task, delay time.Duration) *reprise.TaskFailParams {
 	return &reprise.TaskFailParams{
-		TaskID: task.ID,
-		Token:  task.Token,
-		Error:  reprise.ErrorInfo{Type: "NetworkError", Message: "connection reset"},
-		Retry:  true,
-		Delay:  delay,
-		Rule:   "[retry: 3, backoff: 1s]",
+		TaskID:  task.ID,
+		Token:   task.Token,
+		Attempt: task.Attempt,
+		Error:   reprise.ErrorInfo{Type: "NetworkError", Message: "connection reset"},
+		Retry:   true,
+		Delay:   delay,
+		Rule:    "[retry: 3, backoff: 1s]",
 	}
 }
 
