@@ -157,11 +157,17 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 
 // completedRead is completeAll's read of a handed result's task, which a
 // group may send ahead.
+//
+// It takes no lock of the task: it runs after the statement that locked
+// the run (a read ahead of a later text, or in turn), so it sees the
+// task as the last holder of the run's lock left it, and every write of
+// a task's token, owner or lease holds its run's lock, but a heartbeat's,
+// which only puts off a lease that has not lapsed. The lock was a tuple
+// write and a WAL record per step for nothing.
 func completedRead(taskID int64, runID string) *aheadRead {
 	return &aheadRead{sql: `
 		SELECT execution, position, step, attempt, token, owner, lease_until FROM reprise_task
-		WHERE id = $1 AND run_id = $2
-		FOR UPDATE`,
+		WHERE id = $1 AND run_id = $2`,
 		args: []any{taskID, runID}, types: []string{"bigint", "text"}}
 }
 
