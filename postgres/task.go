@@ -220,37 +220,52 @@ type leasedTask struct {
 	next *reprise.Task
 }
 
-// lockTask locks a task's run and then the task, the order every writer
-// that holds both keeps, and checks the lease: token, held, and lapsed or
-// not as expired says. Anything else is ErrLeaseLost. full also reads what
-// the next attempt's lease needs (input, policy and the rest) into next.
-// attempt is the one the token's holder says it ran: a retry in place
-// (TaskFail) leaves the row's behind it.
+// lockTask locks a task's run and reads the task, and checks the lease:
+// token, held, and lapsed or not as expired says. Anything else is
+// ErrLeaseLost. full also reads what the next attempt's lease needs
+// (input, policy and the rest) into next. attempt is the one the token's
+// holder says it ran: a retry in place (TaskFail) leaves the row's behind
+// it.
+//
+// The task is read without a lock, by a statement of its own after the
+// one that locks the run (a read ahead of a later text, or in turn): it
+// sees the task as the last holder of the run's lock left it, since every
+// write of a task's token, owner or lease holds its run's lock, but a
+// heartbeat's, which only puts off a lease that has not lapsed. A write
+// of the task takes the task's lock as it writes; a retry in place never
+// does, and the lock was a tuple write and a WAL record for nothing.
 func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt int, expired, full bool) (*leasedTask, error) {
+	reads := lockTaskReads(clock, id, full)
 	t := leasedTask{id: id, run: &runHead{}}
-	dest := []any{&t.run.id, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease,
-		&t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now}
-	var (
-		input, policy []byte
-		firstStarted  *time.Time
-	)
-	if full {
-		t.next = &reprise.Task{ID: id}
-		dest = append(dest, &input, &t.next.IdempotencyKey, &policy, &t.next.Timeout, &firstStarted,
-			&t.next.Base, &t.next.Lapses)
-	}
-	read := lockTaskRead(clock, id, full)
-	err := tx.QueryRow(ctx, read.sql, read.args...).Scan(dest...)
+	err := tx.QueryRow(ctx, reads[0].sql, reads[0].args...).Scan(&t.run.id, &t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if tx.ahead { // or locked by another transaction
 			return nil, errStale
 		}
-		return nil, reprise.ErrLeaseLost
+		return nil, reprise.ErrLeaseLost // no such task
 	}
 	if err != nil {
 		return nil, err
 	}
 	if err := tx.own(t.run.id); err != nil {
+		return nil, err
+	}
+	var (
+		runID         string
+		input, policy []byte
+		firstStarted  *time.Time
+	)
+	dest := []any{&runID, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease}
+	if full {
+		t.next = &reprise.Task{ID: id}
+		dest = append(dest, &input, &t.next.IdempotencyKey, &policy, &t.next.Timeout, &firstStarted,
+			&t.next.Base, &t.next.Lapses)
+	}
+	err = tx.QueryRow(ctx, reads[1].sql, reads[1].args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && runID != t.run.id) {
+		return nil, reprise.ErrLeaseLost // gone since its run was found
+	}
+	if err != nil {
 		return nil, err
 	}
 	t.now = t.now.UTC()
@@ -267,38 +282,38 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	return &t, nil
 }
 
-// lockTaskRead is lockTask's read, which a group may send ahead.
-func lockTaskRead(clock any, id int64, full bool) *aheadRead {
-	sql := lockTaskSQL
+// lockTaskReads are lockTask's reads, which a group may send ahead: the
+// lock of the task's run, then the task.
+func lockTaskReads(clock any, id int64, full bool) []*aheadRead {
+	sql := readTaskSQL
 	if full {
-		sql = lockTaskFullSQL
+		sql = readTaskFullSQL
 	}
-	return &aheadRead{sql: sql, args: []any{clock, id}, types: []string{"timestamptz", "bigint"}}
+	return []*aheadRead{
+		{sql: lockTaskRunSQL, args: []any{clock, id}, types: []string{"timestamptz", "bigint"}},
+		{sql: sql, args: []any{id}, types: []string{"bigint"}},
+	}
 }
 
-// lockTaskSQL is lockTask's read, and lockTaskFullSQL the one that also
-// reads what the next attempt's lease needs.
+// lockTaskRunSQL locks a task's run; readTaskSQL reads the task, and
+// readTaskFullSQL also what the next attempt's lease needs.
 const (
-	lockTaskSQL     = lockTaskHead + lockTaskTail
-	lockTaskFullSQL = lockTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base, lapses` + lockTaskTail
-	lockTaskHead    = `
-		WITH r AS (
-			SELECT id AS head_id, last_seq, updated_at, owner AS run_owner FROM reprise_run
-			WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
-			FOR UPDATE)
-		SELECT run_id, execution, position, step, attempt, token, owner, lease_until,
-			last_seq, updated_at, run_owner, coalesce($1::timestamptz, statement_timestamp())`
-	lockTaskTail = `
-		FROM r JOIN reprise_task ON run_id = head_id
-		WHERE id = $2
-		FOR UPDATE OF reprise_task`
+	lockTaskRunSQL = `
+		SELECT id, last_seq, updated_at, owner, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run
+		WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
+		FOR UPDATE`
+	readTaskSQL     = readTaskHead + ` FROM reprise_task WHERE id = $1`
+	readTaskFullSQL = readTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base, lapses
+		FROM reprise_task WHERE id = $1`
+	readTaskHead = `
+		SELECT run_id, execution, position, step, attempt, token, owner, lease_until`
 )
 
 // TaskComplete records an attempt's result: appends StepCompleted and
 // removes the task.
 func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
 	var o *reprise.Outcome
-	err := s.txOwning(ctx, []*aheadRead{lockTaskRead(s.clock(), p.TaskID, false)}, func(tx *txn) error {
+	err := s.txOwning(ctx, lockTaskReads(s.clock(), p.TaskID, false), func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, false, false)
 		if err != nil {
 			return err
@@ -335,7 +350,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 	}
 	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
 	var o *reprise.Outcome
-	err := s.txOwning(ctx, []*aheadRead{lockTaskRead(s.clock(), p.TaskID, leaseNext)}, func(tx *txn) error {
+	err := s.txOwning(ctx, lockTaskReads(s.clock(), p.TaskID, leaseNext), func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, p.Expired, leaseNext)
 		if err != nil {
 			return err
