@@ -3,6 +3,7 @@ package postgres
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -204,15 +205,20 @@ func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string, byRun bool, n int)
 		fields = fields[1:]
 	}
 	out := make([]*aheadRows, n)
+	plans := &scanPlans{typeMap: typeMap, fields: fields}
 	for i := range out {
-		out[i] = &aheadRows{sql: sql, typeMap: typeMap, fields: fields}
+		out[i] = &aheadRows{sql: sql, fields: fields, plans: plans}
 	}
+	var runPlan pgtype.ScanPlan
 	for rows.Next() {
 		raw := rows.RawValues()
 		r := out[0]
 		if byRun {
 			var i int64
-			if err := typeMap.Scan(first.DataTypeOID, first.Format, raw[0], &i); err != nil {
+			if runPlan == nil {
+				runPlan = typeMap.PlanScan(first.DataTypeOID, first.Format, &i)
+			}
+			if err := runPlan.Scan(raw[0], &i); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("merged read: run number: %w", err)
 			}
@@ -271,12 +277,48 @@ func (t *txn) own(ids ...string) error {
 
 // aheadRows are the rows of a read ahead, as pgx.Rows.
 type aheadRows struct {
-	sql     string
+	sql    string
+	fields []pgconn.FieldDescription
+	plans  *scanPlans
+	rows   [][][]byte
+	tag    pgconn.CommandTag
+	next   int // the row Next moves to
+}
+
+// scanPlans are the plans that scan the columns of a read into the types
+// of the last destinations, shared by the rows of all the transitions the
+// read served: they scan into the same types, and pgx's Map makes a plan
+// afresh, with allocations, for every value it scans (as pgx's own rows
+// do, a plan is kept while the destination's type stays the same). The
+// transitions of a group scan one after another, never at once.
+type scanPlans struct {
 	typeMap *pgtype.Map
 	fields  []pgconn.FieldDescription
-	rows    [][][]byte
-	tag     pgconn.CommandTag
-	next    int // the row Next moves to
+	plans   []pgtype.ScanPlan
+	types   []reflect.Type
+}
+
+// scan scans the values of a row into dest, as pgx.ScanRow would.
+func (p *scanPlans) scan(values [][]byte, dest []any) error {
+	if len(p.fields) != len(values) || len(p.fields) != len(dest) {
+		return fmt.Errorf("read ahead: %d columns, %d values and %d destinations", len(p.fields), len(values), len(dest))
+	}
+	if p.plans == nil {
+		p.plans, p.types = make([]pgtype.ScanPlan, len(dest)), make([]reflect.Type, len(dest))
+	}
+	for i, d := range dest {
+		if d == nil {
+			continue
+		}
+		f := &p.fields[i]
+		if t := reflect.TypeOf(d); p.types[i] != t {
+			p.plans[i], p.types[i] = p.typeMap.PlanScan(f.DataTypeOID, f.Format, d), t
+		}
+		if err := p.plans[i].Scan(values[i], d); err != nil {
+			return pgx.ScanArgError{ColumnIndex: i, FieldName: f.Name, Err: err}
+		}
+	}
+	return nil
 }
 
 func (r *aheadRows) Close()                                       { r.next = len(r.rows) + 1 }
@@ -284,7 +326,7 @@ func (r *aheadRows) Err() error                                   { return nil }
 func (r *aheadRows) CommandTag() pgconn.CommandTag                { return r.tag }
 func (r *aheadRows) FieldDescriptions() []pgconn.FieldDescription { return r.fields }
 func (r *aheadRows) Conn() *pgx.Conn                              { return nil }
-func (r *aheadRows) TypeMap() *pgtype.Map                         { return r.typeMap }
+func (r *aheadRows) TypeMap() *pgtype.Map                         { return r.plans.typeMap }
 
 func (r *aheadRows) Next() bool {
 	r.next++
@@ -294,7 +336,7 @@ func (r *aheadRows) Next() bool {
 func (r *aheadRows) RawValues() [][]byte { return r.rows[r.next-1] }
 
 func (r *aheadRows) Scan(dest ...any) error {
-	return pgx.ScanRow(r.typeMap, r.fields, r.rows[r.next-1], dest...)
+	return r.plans.scan(r.rows[r.next-1], dest)
 }
 
 func (r *aheadRows) Values() ([]any, error) {
@@ -304,11 +346,11 @@ func (r *aheadRows) Values() ([]any, error) {
 		if row[i] == nil {
 			continue
 		}
-		typ, ok := r.typeMap.TypeForOID(f.DataTypeOID)
+		typ, ok := r.plans.typeMap.TypeForOID(f.DataTypeOID)
 		if !ok {
 			return nil, fmt.Errorf("read ahead: column %s: unknown type %d", f.Name, f.DataTypeOID)
 		}
-		v, err := typ.Codec.DecodeValue(r.typeMap, f.DataTypeOID, f.Format, row[i])
+		v, err := typ.Codec.DecodeValue(r.plans.typeMap, f.DataTypeOID, f.Format, row[i])
 		if err != nil {
 			return nil, err
 		}
