@@ -209,7 +209,11 @@ func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string, byRun bool, n int)
 	for i := range out {
 		out[i] = &aheadRows{sql: sql, fields: fields, plans: plans}
 	}
-	var runPlan pgtype.ScanPlan
+	var (
+		runPlan pgtype.ScanPlan
+		bytes   byteChunks
+		cells   cellChunks
+	)
 	for rows.Next() {
 		raw := rows.RawValues()
 		r := out[0]
@@ -228,19 +232,13 @@ func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string, byRun bool, n int)
 			}
 			r, raw = out[i-1], raw[1:]
 		}
-		// One copy of the row's values, not one each: reads ahead are a
-		// group's largest share of allocations. A NULL stays nil, an
-		// empty value empty.
-		size := 0
-		for _, v := range raw {
-			size += len(v)
-		}
-		buf := make([]byte, 0, size)
-		row := make([][]byte, len(raw))
+		// The rows' values are copied into a few shared chunks, not one
+		// allocation or two a row: reads ahead are a group's largest
+		// share of allocations. A NULL stays nil, an empty value empty.
+		row := cells.take(len(raw))
 		for j, v := range raw {
 			if v != nil {
-				buf = append(buf, v...)
-				row[j] = buf[len(buf)-len(v) : len(buf) : len(buf)]
+				row[j] = bytes.take(v)
 			}
 		}
 		r.rows = append(r.rows, row)
@@ -250,6 +248,39 @@ func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string, byRun bool, n int)
 		r.tag = rows.CommandTag()
 	}
 	return out, rows.Err()
+}
+
+// byteChunks hands out copies of values from chunks that it allocates as
+// they fill: a copy stays valid, since a chunk is never grown in place.
+type byteChunks struct{ chunk []byte }
+
+const chunkSize = 4 << 10
+
+func (c *byteChunks) take(v []byte) []byte {
+	if len(v) == 0 {
+		return []byte{} // empty, not NULL
+	}
+	if len(v) > cap(c.chunk)-len(c.chunk) {
+		if len(v) > chunkSize/4 {
+			return append(make([]byte, 0, len(v)), v...) // a large value alone
+		}
+		c.chunk = make([]byte, 0, chunkSize)
+	}
+	c.chunk = append(c.chunk, v...)
+	n := len(c.chunk)
+	return c.chunk[n-len(v) : n : n]
+}
+
+// cellChunks hands out rows of cells, as byteChunks does bytes.
+type cellChunks struct{ chunk [][]byte }
+
+func (c *cellChunks) take(n int) [][]byte {
+	if n > cap(c.chunk)-len(c.chunk) {
+		c.chunk = make([][]byte, 0, max(n, 256))
+	}
+	c.chunk = c.chunk[:len(c.chunk)+n]
+	m := len(c.chunk)
+	return c.chunk[m-n : m : m]
 }
 
 // own records that the transition holds the locks of the runs ids. If its
