@@ -24,8 +24,14 @@ const (
 	chaosMaxAttempts  = 4
 )
 
-// chaosPolicy: chaosMaxAttempts attempts, a short fixed backoff.
-const chaosPolicy = "[retry: 3, backoff: 20ms, backoff_kind: fixed]"
+// chaosPolicy: chaosMaxAttempts attempts, a short fixed backoff. The
+// middle step retries at once instead (chaosAtOnce), so that its retries
+// are leased in the failure's own write, and kept in place by the store
+// that can.
+const (
+	chaosPolicy = "[retry: 3, backoff: 20ms, backoff_kind: fixed]"
+	chaosAtOnce = "[retry: 3, backoff_kind: none]"
+)
 
 type fate int
 
@@ -78,7 +84,11 @@ var chaosStep = reprise.NewStep(chaosStepName, func(ctx context.Context, in chao
 var chaosWorkflow = reprise.NewWorkflow(chaosWorkflowName, func(ctx context.Context, run int) ([]int, error) {
 	var out []int
 	for i := range chaosSteps {
-		n, err := reprise.Step(ctx, chaosStep, chaosInput{Run: run, Step: i})
+		var opts []reprise.StepOption
+		if i == 1 {
+			opts = append(opts, reprise.WithPolicyText(chaosAtOnce))
+		}
+		n, err := reprise.Step(ctx, chaosStep, chaosInput{Run: run, Step: i}, opts...)
 		if err != nil {
 			return nil, err
 		}
