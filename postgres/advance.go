@@ -165,11 +165,19 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 // which only puts off a lease that has not lapsed. The lock was a tuple
 // write and a WAL record per step for nothing.
 func completedRead(taskID int64, runID string) *aheadRead {
-	return &aheadRead{sql: `
+	return newRead(`
 		SELECT execution, position, step, attempt, token, owner, lease_until FROM reprise_task
 		WHERE id = $1 AND run_id = $2`,
-		args: []any{taskID, runID}, types: []string{"bigint", "text"}}
+		bigintText, taskID, runID)
 }
+
+// The SQL types of reads ahead's arguments.
+var (
+	bigint          = []string{"bigint"}
+	bigintText      = []string{"bigint", "text"}
+	timestamptzText = []string{"timestamptz", "text"}
+	timestamptzInt8 = []string{"timestamptz", "bigint"}
+)
 
 // checkAdvance validates p before any transaction.
 func checkAdvance(p *reprise.RunAdvanceParams) error {

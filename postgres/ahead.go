@@ -58,6 +58,23 @@ type aheadRead struct {
 	writes bool
 }
 
+// A twoArgs is a read ahead with up to two arguments, allocated with them:
+// the reads of a transition are made for every transition, and their
+// slices were a share of a group's allocations.
+type twoArgs struct {
+	read aheadRead
+	args [2]any
+}
+
+// newRead returns a read of sql with the arguments args (at most two) of
+// the SQL types types, which the caller keeps unchanged.
+func newRead(sql string, types []string, args ...any) *aheadRead {
+	r := &twoArgs{}
+	n := copy(r.args[:], args)
+	r.read = aheadRead{sql: sql, args: r.args[:n:n], types: types}
+	return &r.read
+}
+
 // writesAhead reports whether any of reads writes.
 func writesAhead(reads []*aheadRead) bool {
 	return slices.ContainsFunc(reads, func(r *aheadRead) bool { return r.writes })

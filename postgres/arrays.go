@@ -17,20 +17,29 @@ import (
 // arrays hand out pointers to their elements instead, which box for free,
 // typed so that pgx encodes them through its valuer interfaces.
 
-// unboxed returns args with each array of a type below replaced by its
-// unboxing wrapper; other arguments are kept as they are.
+// unboxed returns args with each array of a type below, or pointer to one
+// (see insertCols), replaced by its unboxing wrapper; other arguments are
+// kept as they are.
 func unboxed(args []any) []any {
 	out := make([]any, len(args))
 	for i, a := range args {
 		switch v := a.(type) {
 		case []string:
 			out[i] = textArray(v)
+		case *[]string:
+			out[i] = textArray(*v)
 		case []time.Time:
 			out[i] = timeArray(v)
+		case *[]time.Time:
+			out[i] = timeArray(*v)
 		case []int64:
 			out[i] = int64Array(v)
+		case *[]int64:
+			out[i] = int64Array(*v)
 		case []int32:
 			out[i] = int32Array(v)
+		case *[]int32:
+			out[i] = int32Array(*v)
 		case []bool:
 			out[i] = boolArray(v)
 		default:

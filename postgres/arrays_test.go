@@ -31,6 +31,10 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 		{pgtype.Int8ArrayOID, int64s},
 		{pgtype.Int4ArrayOID, int32s},
 		{pgtype.BoolArrayOID, bools},
+		{pgtype.TextArrayOID, &texts},
+		{pgtype.TimestamptzArrayOID, &times},
+		{pgtype.Int8ArrayOID, &int64s},
+		{pgtype.Int4ArrayOID, &int32s},
 		{pgtype.TextArrayOID, []string(nil)},
 		{pgtype.TextArrayOID, []string{}},
 	} {

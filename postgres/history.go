@@ -109,19 +109,48 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 }
 
 // insertArgs returns the parameters $1 to $6 of insertEvents: a's rows,
-// as arrays.
+// as arrays, with room for the parameters that follow them.
 func (a *appender) insertArgs() []any {
 	n := len(a.rows)
-	runID, seq, typ := make([]string, n), make([]int64, n), make([]string, n)
-	execution, at, data := make([]int32, n), make([]time.Time, n), make([]string, n)
+	c := &insertCols{}
+	c.runID, c.seq, c.typ = room(c.runID0[:], n), room(c.seq0[:], n), room(c.typ0[:], n)
+	c.execution, c.at, c.data = room(c.execution0[:], n), room(c.at0[:], n), room(c.data0[:], n)
 	for i, r := range a.rows {
 		events := a.events[r.first : r.first+len(r.bodies)]
 		last := &events[len(events)-1]
-		runID[i], seq[i], typ[i] = r.head.id, last.Seq, string(last.Type)
-		execution[i], at[i] = int32(last.Execution), last.At
-		data[i] = string(eventrow.Join(events, r.bodies))
+		c.runID[i], c.seq[i], c.typ[i] = r.head.id, last.Seq, string(last.Type)
+		c.execution[i], c.at[i] = int32(last.Execution), last.At
+		c.data[i] = string(eventrow.Join(events, r.bodies))
 	}
-	return []any{runID, seq, typ, execution, at, data}
+	c.args[0], c.args[1], c.args[2] = &c.runID, &c.seq, &c.typ
+	c.args[3], c.args[4], c.args[5] = &c.execution, &c.at, &c.data
+	return c.args[:6]
+}
+
+// insertCols are insertArgs' arrays, in one allocation with room for the
+// usual row (a transition appends to one run) and for the parameters of
+// the statement that follow. The arrays go in as pointers, which box
+// without an allocation of their own (unboxed and join take them as the
+// arrays).
+type insertCols struct {
+	runID, typ, data []string
+	seq              []int64
+	execution        []int32
+	at               []time.Time
+	args             [16]any
+
+	runID0, typ0, data0 [1]string
+	seq0                [1]int64
+	execution0          [1]int32
+	at0                 [1]time.Time
+}
+
+// room returns a slice of n elements, of buf if it is large enough.
+func room[T any](buf []T, n int) []T {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]T, n)
 }
 
 // queue adds to b the statement that stores the events and advances the
@@ -203,13 +232,28 @@ const advanceHeads = `, head AS (
 	FROM unnest($7::text[], $8::bigint[], $9::timestamptz[]) AS h(id, last_seq, updated_at)
 	WHERE r.id = h.id)`
 
-// headsArgs are advanceHeads' parameters for the runs hs.
+// headsArgs are advanceHeads' parameters for the runs hs, with room for
+// the parameters that follow them.
 func headsArgs(hs ...*runHead) []any {
-	ids, seqs, ats := make([]string, len(hs)), make([]int64, len(hs)), make([]time.Time, len(hs))
+	c := &headCols{}
+	c.ids, c.seqs, c.ats = room(c.ids0[:], len(hs)), room(c.seqs0[:], len(hs)), room(c.ats0[:], len(hs))
 	for i, h := range hs {
-		ids[i], seqs[i], ats[i] = h.id, h.lastSeq, h.updatedAt
+		c.ids[i], c.seqs[i], c.ats[i] = h.id, h.lastSeq, h.updatedAt
 	}
-	return []any{ids, seqs, ats}
+	c.args[0], c.args[1], c.args[2] = &c.ids, &c.seqs, &c.ats
+	return c.args[:3]
+}
+
+// headCols are headsArgs' arrays, as insertCols are insertArgs'.
+type headCols struct {
+	ids  []string
+	seqs []int64
+	ats  []time.Time
+	args [12]any
+
+	ids0  [1]string
+	seqs0 [1]int64
+	ats0  [1]time.Time
 }
 
 // insertEvents stores an appender's events.

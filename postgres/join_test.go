@@ -22,3 +22,25 @@ func TestJoin(t *testing.T) {
 		t.Errorf("join = %v\nwant   %v", got, want)
 	}
 }
+
+// TestJoinPointers: arrays passed as pointers to them (insertCols) join
+// as the arrays, and merge only with arguments of the same types.
+func TestJoinPointers(t *testing.T) {
+	a, b := []string{"a"}, []string{"b", "c"}
+	n, m := []int64{1}, []int64{2, 3}
+	f, g := []float64{0.5}, []float64{1.5}
+	args := [][]any{{&a, &n, &f}, {&b, &m, &g}}
+	if !sameTypes(args[0], args[1]) {
+		t.Fatal("sameTypes of pointers to arrays of the same types = false")
+	}
+	if sameTypes([]any{&a}, []any{b}) || sameTypes([]any{new(int)}, []any{new(int)}) {
+		t.Fatal("sameTypes of a pointer and an array, or of pointers to scalars = true")
+	}
+	want := []any{[]string{"a", "b", "c"}, []int64{1, 2, 3}, []float64{0.5, 1.5}}
+	if got := join(args); !reflect.DeepEqual(got, want) {
+		t.Errorf("join = %v\nwant   %v", got, want)
+	}
+	if got := unboxed([]any{&a, &n})[0]; !reflect.DeepEqual(got, textArray(a)) {
+		t.Errorf("unboxed(&[]string) = %#v, want textArray", got)
+	}
+}

@@ -127,14 +127,20 @@ func (r sharedRows) Close() error { return nil }
 func (r sharedRows) Tx() pgx.Tx   { return nil }
 
 // sameTypes reports whether a and b are arguments of the same types, all
-// arrays.
+// arrays or pointers to arrays.
 func sameTypes(a, b []any) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for k := range a {
 		ta := reflect.TypeOf(a[k])
-		if ta == nil || ta.Kind() != reflect.Slice || ta != reflect.TypeOf(b[k]) {
+		if ta == nil || ta != reflect.TypeOf(b[k]) {
+			return false
+		}
+		if ta.Kind() == reflect.Pointer {
+			ta = ta.Elem()
+		}
+		if ta.Kind() != reflect.Slice {
 			return false
 		}
 	}
@@ -150,15 +156,15 @@ func join(args [][]any) []any {
 	joined := make([]any, len(args[0]))
 	for k := range joined {
 		switch args[0][k].(type) {
-		case []string:
+		case []string, *[]string:
 			joined[k] = joinAs[string](args, k)
-		case []int64:
+		case []int64, *[]int64:
 			joined[k] = joinAs[int64](args, k)
-		case []int32:
+		case []int32, *[]int32:
 			joined[k] = joinAs[int32](args, k)
-		case []bool:
+		case []bool, *[]bool:
 			joined[k] = joinAs[bool](args, k)
-		case []time.Time:
+		case []time.Time, *[]time.Time:
 			joined[k] = joinAs[time.Time](args, k)
 		default:
 			joined[k] = joinReflected(args, k)
@@ -167,28 +173,44 @@ func join(args [][]any) []any {
 	return joined
 }
 
-// joinAs joins the arrays of type []T at position k of args.
+// joinAs joins the arrays of type []T (or *[]T) at position k of args.
 func joinAs[T any](args [][]any, k int) []T {
 	n := 0
 	for _, a := range args {
-		n += len(a[k].([]T))
+		n += len(arrayOf[T](a[k]))
 	}
 	out := make([]T, 0, n)
 	for _, a := range args {
-		out = append(out, a[k].([]T)...)
+		out = append(out, arrayOf[T](a[k])...)
 	}
 	return out
 }
 
-// joinReflected joins the arrays at position k of args, of any type.
+// arrayOf returns v, a []T or a *[]T, as a []T.
+func arrayOf[T any](v any) []T {
+	if p, ok := v.(*[]T); ok {
+		return *p
+	}
+	return v.([]T)
+}
+
+// joinReflected joins the arrays at position k of args, of any type, or
+// the arrays they point to.
 func joinReflected(args [][]any, k int) any {
+	elem := func(a []any) reflect.Value {
+		v := reflect.ValueOf(a[k])
+		if v.Kind() == reflect.Pointer {
+			v = v.Elem()
+		}
+		return v
+	}
 	n := 0
 	for _, a := range args {
-		n += reflect.ValueOf(a[k]).Len()
+		n += elem(a).Len()
 	}
-	v := reflect.MakeSlice(reflect.TypeOf(args[0][k]), 0, n)
+	v := reflect.MakeSlice(elem(args[0]).Type(), 0, n)
 	for _, a := range args {
-		v = reflect.AppendSlice(v, reflect.ValueOf(a[k]))
+		v = reflect.AppendSlice(v, elem(a))
 	}
 	return v.Interface()
 }

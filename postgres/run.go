@@ -556,7 +556,7 @@ func lockRunRead(clock any, id string, withParent bool) *aheadRead {
 				FOR UPDATE)
 			SELECT * FROM parent UNION ALL SELECT * FROM run`
 	}
-	return &aheadRead{sql: query, args: []any{clock, id}, types: []string{"timestamptz", "text"}}
+	return newRead(query, timestamptzText, clock, id)
 }
 
 // lockDescendants locks the active runs below root (its children, theirs,

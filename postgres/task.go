@@ -289,10 +289,13 @@ func lockTaskReads(clock any, id int64, full bool) []*aheadRead {
 	if full {
 		sql = readTaskFullSQL
 	}
-	return []*aheadRead{
-		{sql: lockTaskRunSQL, args: []any{clock, id}, types: []string{"timestamptz", "bigint"}},
-		{sql: sql, args: []any{id}, types: []string{"bigint"}},
+	var r struct {
+		reads [2]*aheadRead
+		id    any
 	}
+	r.id = id // boxed once for both
+	r.reads = [2]*aheadRead{newRead(lockTaskRunSQL, timestamptzInt8, clock, r.id), newRead(sql, bigint, r.id)}
+	return r.reads[:]
 }
 
 // lockTaskRunSQL locks a task's run; readTaskSQL reads the task, and
