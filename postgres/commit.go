@@ -103,9 +103,9 @@ func (s *Store) runGroup(group []*call) {
 // results runs the calls of a group and returns their results.
 func (s *Store) results(group []*call) []error {
 	results := make([]error, len(group))
-	// A transition alone that declares its first reads is a group of one,
-	// so that they go with BEGIN: two round trips instead of one a read
-	// more.
+	// A transition alone that declares its first reads runs as a group of
+	// one, so that they go with BEGIN: two round trips in all, where
+	// alone it takes one more for each read.
 	if len(group) == 1 && len(group[0].first) == 0 {
 		results[0] = s.alone(group[0].ctx, group[0].fn)
 		return results

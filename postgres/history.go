@@ -109,7 +109,8 @@ func (a *appender) add(h *runHead, e reprise.Event) error {
 }
 
 // insertArgs returns the parameters $1 to $6 of insertEvents: a's rows,
-// as arrays, with room for the parameters that follow them.
+// as arrays, with room for the parameters that follow them (append to it
+// once: the appends share that room).
 func (a *appender) insertArgs() []any {
 	n := len(a.rows)
 	c := &insertCols{}
@@ -233,7 +234,7 @@ const advanceHeads = `, head AS (
 	WHERE r.id = h.id)`
 
 // headsArgs are advanceHeads' parameters for the runs hs, with room for
-// the parameters that follow them.
+// the parameters that follow them (as insertArgs').
 func headsArgs(hs ...*runHead) []any {
 	c := &headCols{}
 	c.ids, c.seqs, c.ats = room(c.ids0[:], len(hs)), room(c.seqs0[:], len(hs)), room(c.ats0[:], len(hs))

@@ -449,9 +449,8 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 // heartbeat would not yet have renewed it. If the lapses need no reset
 // either, it starts in place (inPlace): it keeps the token too, and the
 // task's row is left as it was, its attempt and started_at those of the
-// last claim (the history has the rest: currentAttempts). A retry then
-// writes its events and its run's head, and not the task: a third of
-// what a retry cost the server.
+// last claim (the history has the rest: currentAttempt). A retry then
+// writes its events and its run's head, and not the task.
 func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (n *reprise.Task, inPlace bool, err error) {
 	n = t.next
 	ttl := p.LeaseTTL
