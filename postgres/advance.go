@@ -399,12 +399,13 @@ type taskRows struct {
 
 // add adds a task for st, leased to owner until the given time when owner
 // is set.
+// The name and key are pointed to where st has them: the statement is
+// encoded before the advance returns.
 func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
-	name, key := st.Name, st.IdempotencyKey
 	r.pos = append(r.pos, int32(st.Position))
-	r.step = append(r.step, &name)
+	r.step = append(r.step, &st.Name)
 	r.input = append(r.input, jsonText(st.Input))
-	r.key = append(r.key, &key)
+	r.key = append(r.key, &st.IdempotencyKey)
 	r.policy = append(r.policy, jsonText(st.Policy))
 	r.timeout = append(r.timeout, st.Timeout)
 	r.owner = append(r.owner, owner)

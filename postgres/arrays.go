@@ -42,6 +42,12 @@ func unboxed(args []any) []any {
 			out[i] = int32Array(*v)
 		case []bool:
 			out[i] = boolArray(v)
+		case []*string:
+			out[i] = nullTextArray(v)
+		case []*time.Time:
+			out[i] = nullTimeArray(v)
+		case []time.Duration:
+			out[i] = durationArray(v)
 		default:
 			out[i] = a
 		}
@@ -78,6 +84,12 @@ type (
 	int64Elem int64
 	int32Elem int32
 	boolElem  bool
+
+	// Arrays whose nil elements are NULL, and of durations (intervals).
+	nullTextArray []*string
+	nullTimeArray []*time.Time
+	durationArray []time.Duration
+	durationElem  time.Duration
 )
 
 func (a textArray) Dimensions() []pgtype.ArrayDimension  { return dims(len(a), a == nil) }
@@ -96,12 +108,34 @@ func (a boolArray) Dimensions() []pgtype.ArrayDimension  { return dims(len(a), a
 func (a boolArray) Index(i int) any                      { return (*boolElem)(&a[i]) }
 func (a boolArray) IndexType() any                       { return (*boolElem)(nil) }
 
+func (a nullTextArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
+func (a nullTextArray) Index(i int) any                     { return (*textElem)(a[i]) }
+func (a nullTextArray) IndexType() any                      { return (*textElem)(nil) }
+func (a nullTimeArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
+func (a nullTimeArray) Index(i int) any                     { return (*timeElem)(a[i]) }
+func (a nullTimeArray) IndexType() any                      { return (*timeElem)(nil) }
+func (a durationArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
+func (a durationArray) Index(i int) any                     { return (*durationElem)(&a[i]) }
+func (a durationArray) IndexType() any                      { return (*durationElem)(nil) }
+
+// A nil element (of a nullTextArray or nullTimeArray) is NULL.
+
 func (e *textElem) TextValue() (pgtype.Text, error) {
+	if e == nil {
+		return pgtype.Text{}, nil
+	}
 	return pgtype.Text{String: string(*e), Valid: true}, nil
 }
 
 func (e *timeElem) TimestamptzValue() (pgtype.Timestamptz, error) {
+	if e == nil {
+		return pgtype.Timestamptz{}, nil
+	}
 	return pgtype.Timestamptz{Time: time.Time(*e), Valid: true}, nil
+}
+
+func (e *durationElem) IntervalValue() (pgtype.Interval, error) {
+	return pgtype.Interval{Microseconds: int64(time.Duration(*e) / time.Microsecond), Valid: true}, nil
 }
 
 func (e *int64Elem) Int64Value() (pgtype.Int8, error) {

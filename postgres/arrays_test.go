@@ -21,6 +21,13 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 		times[i] = at.Add(time.Duration(i) * time.Millisecond)
 		int64s[i], int32s[i], bools[i] = int64(i)<<40, int32(-i), i%3 == 0
 	}
+	ptrs, ptimes, durations := make([]*string, n), make([]*time.Time, n), make([]time.Duration, n)
+	for i := range n {
+		if i%4 != 0 { // every fourth NULL
+			ptrs[i], ptimes[i] = &texts[i], &times[i]
+		}
+		durations[i] = time.Duration(i)*time.Hour + time.Duration(i)*time.Microsecond
+	}
 	m := pgtype.NewMap()
 	for _, c := range []struct {
 		oid   uint32
@@ -35,6 +42,9 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 		{pgtype.TimestamptzArrayOID, &times},
 		{pgtype.Int8ArrayOID, &int64s},
 		{pgtype.Int4ArrayOID, &int32s},
+		{pgtype.TextArrayOID, ptrs},
+		{pgtype.TimestamptzArrayOID, ptimes},
+		{pgtype.IntervalArrayOID, durations},
 		{pgtype.TextArrayOID, []string(nil)},
 		{pgtype.TextArrayOID, []string{}},
 	} {

@@ -166,6 +166,12 @@ func join(args [][]any) []any {
 			joined[k] = joinAs[bool](args, k)
 		case []time.Time, *[]time.Time:
 			joined[k] = joinAs[time.Time](args, k)
+		case []*string, *[]*string:
+			joined[k] = joinAs[*string](args, k)
+		case []*time.Time, *[]*time.Time:
+			joined[k] = joinAs[*time.Time](args, k)
+		case []time.Duration, *[]time.Duration:
+			joined[k] = joinAs[time.Duration](args, k)
 		default:
 			joined[k] = joinReflected(args, k)
 		}
