@@ -388,13 +388,38 @@ func (sc *scheduler) cancel() error {
 	return nil
 }
 
-// taskRows are the tasks an advance inserts, as columns.
+// taskRows are the tasks an advance inserts, as columns, and the columns
+// of the statement's update of the run. It has room for the usual advance,
+// of one step, and for the statement's arguments, which go in as pointers
+// to the columns (see insertCols).
 type taskRows struct {
 	pos                      []int32
 	step, input, key, policy []*string
 	timeout                  []time.Duration
 	owner                    []string
 	leaseUntil               []*time.Time
+
+	runs       []string // each task's run, execution and time
+	executions []int32
+	nows       []time.Time
+
+	run       []string // the run's update: one run
+	children  []bool
+	lastSeq   []int64
+	updatedAt []time.Time
+
+	pos0                         [1]int32
+	step0, input0, key0, policy0 [1]*string
+	timeout0                     [1]time.Duration
+	owner0, runs0                [1]string
+	leaseUntil0                  [1]*time.Time
+	executions0                  [1]int32
+	nows0                        [1]time.Time
+	run0                         [1]string
+	children0                    [1]bool
+	lastSeq0                     [1]int64
+	updatedAt0                   [1]time.Time
+	args                         [16]any
 }
 
 // add adds a task for st, leased to owner until the given time when owner
@@ -402,6 +427,10 @@ type taskRows struct {
 // The name and key are pointed to where st has them: the statement is
 // encoded before the advance returns.
 func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
+	if r.pos == nil {
+		r.pos, r.step, r.input, r.key, r.policy = r.pos0[:0], r.step0[:0], r.input0[:0], r.key0[:0], r.policy0[:0]
+		r.timeout, r.owner, r.leaseUntil = r.timeout0[:0], r.owner0[:0], r.leaseUntil0[:0]
+	}
 	r.pos = append(r.pos, int32(st.Position))
 	r.step = append(r.step, &st.Name)
 	r.input = append(r.input, jsonText(st.Input))
@@ -424,7 +453,9 @@ func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
 // arrays, and its rows say their run: the advances of several runs go as
 // one statement (merge.go).
 func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children bool, leased []*reprise.Task) {
-	args := []any{[]string{h.id}, []bool{children}, []int64{h.lastSeq}, []time.Time{h.updatedAt}}
+	r.run0[0], r.children0[0], r.lastSeq0[0], r.updatedAt0[0] = h.id, children, h.lastSeq, h.updatedAt
+	r.run, r.children, r.lastSeq, r.updatedAt = r.run0[:], r.children0[:], r.lastSeq0[:], r.updatedAt0[:]
+	args := append(r.args[:0], &r.run, &r.children, &r.lastSeq, &r.updatedAt)
 	const running = `UPDATE reprise_run r SET status = 'running', has_children = r.has_children OR u.children,
 		last_seq = u.last_seq, updated_at = u.updated_at
 		FROM unnest($7::text[], $8::bool[], $9::bigint[], $10::timestamptz[]) AS u(id, children, last_seq, updated_at)
@@ -434,9 +465,9 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 		return
 	}
 	n := len(r.pos)
-	runs, executions, nows := make([]string, n), make([]int32, n), make([]time.Time, n)
+	r.runs, r.executions, r.nows = room(r.runs0[:], n), room(r.executions0[:], n), room(r.nows0[:], n)
 	for i := range n {
-		runs[i], executions[i], nows[i] = h.id, int32(h.execution), a.now
+		r.runs[i], r.executions[i], r.nows[i] = h.id, int32(h.execution), a.now
 	}
 	qq := a.queueWith(b, []*runHead{h}, `,
 		tasks AS (
@@ -451,7 +482,8 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 			RETURNING run_id, id, position),
 		run AS (`+running+`)
 		SELECT run_id, id, position FROM tasks`,
-		append(args, runs, executions, nows, r.pos, r.step, r.input, r.key, r.policy, r.timeout, r.owner, r.leaseUntil)...)
+		append(args, &r.runs, &r.executions, &r.nows, &r.pos, &r.step, &r.input, &r.key, &r.policy, &r.timeout, &r.owner,
+			&r.leaseUntil)...)
 	qq.Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		var (

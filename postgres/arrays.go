@@ -42,12 +42,20 @@ func unboxed(args []any) []any {
 			out[i] = int32Array(*v)
 		case []bool:
 			out[i] = boolArray(v)
+		case *[]bool:
+			out[i] = boolArray(*v)
 		case []*string:
 			out[i] = nullTextArray(v)
+		case *[]*string:
+			out[i] = nullTextArray(*v)
 		case []*time.Time:
 			out[i] = nullTimeArray(v)
+		case *[]*time.Time:
+			out[i] = nullTimeArray(*v)
 		case []time.Duration:
 			out[i] = durationArray(v)
+		case *[]time.Duration:
+			out[i] = durationArray(*v)
 		default:
 			out[i] = a
 		}

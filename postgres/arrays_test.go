@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -45,10 +46,17 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 		{pgtype.TextArrayOID, ptrs},
 		{pgtype.TimestamptzArrayOID, ptimes},
 		{pgtype.IntervalArrayOID, durations},
+		{pgtype.BoolArrayOID, &bools},
+		{pgtype.TextArrayOID, &ptrs},
+		{pgtype.TimestamptzArrayOID, &ptimes},
+		{pgtype.IntervalArrayOID, &durations},
 		{pgtype.TextArrayOID, []string(nil)},
 		{pgtype.TextArrayOID, []string{}},
 	} {
 		arg := unboxed([]any{c.plain})[0]
+		if reflect.TypeOf(arg).Kind() != reflect.Slice {
+			t.Errorf("unboxed(%T) = %T, want an unboxing array", c.plain, arg)
+		}
 		name := fmt.Sprintf("%T of %v", arg, c.plain != nil)
 		want, err := m.Encode(c.oid, pgtype.BinaryFormatCode, c.plain, nil)
 		if err != nil {

@@ -138,7 +138,7 @@ type insertCols struct {
 	seq              []int64
 	execution        []int32
 	at               []time.Time
-	args             [16]any
+	args             [24]any
 
 	runID0, typ0, data0 [1]string
 	seq0                [1]int64
