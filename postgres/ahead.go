@@ -221,10 +221,11 @@ func copyRows(rows pgx.Rows, typeMap *pgtype.Map, sql string, byRun bool, n int)
 	if byRun {
 		fields = fields[1:]
 	}
-	out := make([]*aheadRows, n)
+	out, each := make([]*aheadRows, n), make([]aheadRows, n)
 	plans := &scanPlans{typeMap: typeMap, fields: fields}
 	for i := range out {
-		out[i] = &aheadRows{sql: sql, fields: fields, plans: plans}
+		each[i] = aheadRows{sql: sql, fields: fields, plans: plans}
+		out[i] = &each[i]
 	}
 	var (
 		runPlan pgtype.ScanPlan

@@ -45,6 +45,12 @@ func end(run *lockedRun, status reprise.RunStatus, output json.RawMessage, errIn
 		errText = &s
 	}
 	run.status = status
+	c := &endCols{}
+	c.id, c.dropFailed, c.status = c.id0[:], c.dropFailed0[:], c.status0[:]
+	c.output, c.err, c.lastSeq, c.updatedAt = c.output0[:], c.err0[:], c.lastSeq0[:], c.updatedAt0[:]
+	c.id[0], c.dropFailed[0], c.status[0] = run.id, status != reprise.RunFailed, string(status)
+	c.output[0], c.err[0], c.lastSeq[0], c.updatedAt[0] = jsonText(output), errText, run.lastSeq, run.updatedAt
+	c.args = [...]any{&c.id, &c.dropFailed, &c.status, &c.output, &c.err, &c.lastSeq, &c.updatedAt}
 	return `,
 		ended AS MATERIALIZED (
 			SELECT * FROM unnest($7::text[], $8::bool[], $9::text[], $10::text[], $11::text[], $12::bigint[],
@@ -56,8 +62,24 @@ func end(run *lockedRun, status reprise.RunStatus, output json.RawMessage, errIn
 			owner = '', lease_until = NULL, last_seq = ended.last_seq, updated_at = ended.updated_at
 		FROM ended
 		WHERE r.id = ended.id`,
-		[]any{[]string{run.id}, []bool{status != reprise.RunFailed}, []string{string(status)}, []*string{jsonText(output)},
-			[]*string{errText}, []int64{run.lastSeq}, []time.Time{run.updatedAt}}, nil
+		c.args[:], nil
+}
+
+// endCols are end's arguments, the columns of one run, in one allocation
+// (see insertCols).
+type endCols struct {
+	id, status  []string
+	dropFailed  []bool
+	output, err []*string
+	lastSeq     []int64
+	updatedAt   []time.Time
+	args        [7]any
+
+	id0, status0  [1]string
+	dropFailed0   [1]bool
+	output0, err0 [1]*string
+	lastSeq0      [1]int64
+	updatedAt0    [1]time.Time
 }
 
 // drop queues the removal of the runs' tasks and timers, and of their
