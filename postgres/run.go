@@ -486,15 +486,24 @@ const lockedColumns = `id, workflow, execution, last_seq, updated_at, owner, tok
 
 // scanLocked reads lockedColumns and then extra.
 func scanLocked(row pgx.Row, extra ...any) (*lockedRun, error) {
-	r := &lockedRun{runHead: &runHead{}}
-	var st string
-	dest := append([]any{&r.id, &r.workflow, &r.execution, &r.lastSeq, &r.updatedAt, &r.owner, &r.token, &st,
-		&r.parentID, &r.parentPosition, &r.parentExecution, &r.hasChildren}, extra...)
-	if err := row.Scan(dest...); err != nil {
+	sc := &lockedScan{}
+	r := &sc.run
+	r.runHead = &sc.head
+	dest := append(sc.dest[:0], &r.id, &r.workflow, &r.execution, &r.lastSeq, &r.updatedAt, &r.owner, &r.token,
+		&sc.status, &r.parentID, &r.parentPosition, &r.parentExecution, &r.hasChildren)
+	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
-	r.status = reprise.RunStatus(st)
+	r.status = reprise.RunStatus(sc.status)
 	return r, nil
+}
+
+// lockedScan is what scanLocked allocates, in one piece.
+type lockedScan struct {
+	run    lockedRun
+	head   runHead
+	status string
+	dest   [14]any
 }
 
 // active reports whether the run is pending or running.

@@ -236,8 +236,13 @@ type leasedTask struct {
 // does, and the lock was a tuple write and a WAL record for nothing.
 func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt int, expired, full bool) (*leasedTask, error) {
 	reads := lockTaskReads(clock, id, full)
-	t := leasedTask{id: id, run: &runHead{}}
-	err := tx.QueryRow(ctx, reads[0].sql, reads[0].args...).Scan(&t.run.id, &t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now)
+	// One allocation for the task, its run's head, its next attempt and
+	// what the reads scan into: a retry makes these for every attempt.
+	sc := &taskScan{}
+	t := &sc.task
+	t.id, t.run = id, &sc.head
+	err := tx.QueryRow(ctx, reads[0].sql, reads[0].args...).Scan(
+		append(sc.dest[:0], &t.run.id, &t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		if tx.ahead { // or locked by another transaction
 			return nil, errStale
@@ -250,19 +255,15 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	if err := tx.own(t.run.id); err != nil {
 		return nil, err
 	}
-	var (
-		runID         string
-		input, policy []byte
-		firstStarted  *time.Time
-	)
-	dest := []any{&runID, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease}
+	dest := append(sc.dest[:0], &sc.runID, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease)
 	if full {
-		t.next = &reprise.Task{ID: id}
-		dest = append(dest, &input, &t.next.IdempotencyKey, &policy, &t.next.Timeout, &firstStarted,
+		t.next = &sc.next
+		t.next.ID = id
+		dest = append(dest, &sc.input, &t.next.IdempotencyKey, &sc.policy, &t.next.Timeout, &sc.firstStarted,
 			&t.next.Base, &t.next.Lapses)
 	}
 	err = tx.QueryRow(ctx, reads[1].sql, reads[1].args...).Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && runID != t.run.id) {
+	if errors.Is(err, pgx.ErrNoRows) || (err == nil && sc.runID != t.run.id) {
 		return nil, reprise.ErrLeaseLost // gone since its run was found
 	}
 	if err != nil {
@@ -277,9 +278,20 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	if full {
 		n := t.next
 		n.RunID, n.Execution, n.Position, n.Step = t.run.id, t.execution, t.position, t.step
-		n.Input, n.Policy, n.FirstStartedAt = rawJSON(input), rawJSON(policy), utc(firstStarted)
+		n.Input, n.Policy, n.FirstStartedAt = rawJSON(sc.input), rawJSON(sc.policy), utc(sc.firstStarted)
 	}
-	return &t, nil
+	return t, nil
+}
+
+// taskScan is what lockTask allocates, in one piece.
+type taskScan struct {
+	task          leasedTask
+	head          runHead
+	next          reprise.Task
+	runID         string
+	input, policy []byte
+	firstStarted  *time.Time
+	dest          [15]any
 }
 
 // lockTaskReads are lockTask's reads, which a group may send ahead: the
