@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -20,6 +21,52 @@ import (
 // runs, and most polls find nothing new).
 func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
 	return s.readHistory(ctx, p)
+}
+
+// newestFirst hands found the events of a run's rows, newest row first,
+// each row's in order, until found reports that it has what it looks for.
+// A row may hold several events (package eventrow), so a search for the
+// last event of a kind decodes rows from the end; the rows are read a few
+// at a time, since what is looked for is most often in the newest.
+func newestFirst(ctx context.Context, q interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}, runID string, found func(events []reprise.Event) bool) error {
+	const page = 8
+	before := int64(math.MaxInt64)
+	var events []reprise.Event
+	for {
+		rows, err := q.Query(ctx, `
+			SELECT seq, execution, at, data FROM reprise_event
+			WHERE run_id = $1 AND seq < $2
+			ORDER BY seq DESC
+			LIMIT $3`,
+			runID, before, page)
+		if err != nil {
+			return err
+		}
+		n, done := 0, false
+		for !done && rows.Next() {
+			var (
+				execution int
+				at        time.Time
+				data      []byte
+			)
+			if err := rows.Scan(&before, &execution, &at, &data); err != nil {
+				rows.Close()
+				return err
+			}
+			n++
+			if events, err = eventrow.Decode(events[:0], before, execution, at.UTC(), data, 0); err != nil {
+				rows.Close()
+				return err
+			}
+			done = found(events)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || done || n < page {
+			return err
+		}
+	}
 }
 
 // A runHead is what appending to a run's history needs to know, read under

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -79,32 +78,12 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 }
 
 // lastStepEnd returns the last StepCompleted or StepFailed of a run's
-// execution, or the zero Event. A row may hold several events (package
-// eventrow), so the rows are read newest first and decoded until one is
-// found.
-func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (reprise.Event, error) {
-	rows, err := tx.Query(ctx, `SELECT seq, execution, at, data FROM reprise_event WHERE run_id = $1 ORDER BY seq DESC`, runID)
-	if err != nil {
-		return reprise.Event{}, err
-	}
-	defer rows.Close()
-	var events []reprise.Event
-	for rows.Next() {
-		var (
-			seq  int64
-			exec int
-			at   time.Time
-			data []byte
-		)
-		if err := rows.Scan(&seq, &exec, &at, &data); err != nil {
-			return reprise.Event{}, err
-		}
-		if events, err = eventrow.Decode(events[:0], seq, exec, at.UTC(), data, 0); err != nil {
-			return reprise.Event{}, err
-		}
-		if e, ok := eventrow.LastStepEnd(events, execution); ok {
-			return e, nil
-		}
-	}
-	return reprise.Event{}, rows.Err()
+// execution, or the zero Event.
+func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (last reprise.Event, err error) {
+	err = newestFirst(ctx, tx, runID, func(events []reprise.Event) bool {
+		var ok bool
+		last, ok = eventrow.LastStepEnd(events, execution)
+		return ok
+	})
+	return last, err
 }

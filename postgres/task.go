@@ -6,14 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"reprise"
-	"reprise/internal/eventrow"
 )
 
 // taskColumns are the columns scanTask reads, in order.
@@ -526,59 +524,20 @@ func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredP
 // currentAttempt sets a leased task's Attempt and StartedAt to those of
 // its step's last AttemptStarted, when that is later than the row's: an
 // attempt started in place (startNext) leaves the row as the last claim
-// wrote it. It reads the run's rows newest first, a page at a time, until
-// it meets the step's newest AttemptStarted; that is most often in the
-// first row.
+// wrote it. That event is most often in the run's newest row.
 func (s *Store) currentAttempt(ctx context.Context, t *reprise.Task) error {
 	if t.LeaseUntil.IsZero() {
 		return nil // ready: the row is the claim's to write
 	}
-	const page = 8
-	before := int64(math.MaxInt64)
-	for {
-		rows, err := s.pool.Query(ctx, `
-			SELECT seq, execution, at, data FROM reprise_event
-			WHERE run_id = $1 AND seq < $2
-			ORDER BY seq DESC
-			LIMIT $3`,
-			t.RunID, before, page)
-		if err != nil {
-			return err
-		}
-		var events []reprise.Event
-		n := 0
-		for rows.Next() {
-			var (
-				seq       int64
-				execution int
-				at        time.Time
-				data      []byte
-			)
-			if err := rows.Scan(&seq, &execution, &at, &data); err != nil {
-				rows.Close()
-				return err
-			}
-			n++
-			before = seq
-			if events, err = eventrow.Decode(events[:0], seq, execution, at.UTC(), data, 0); err != nil {
-				rows.Close()
-				return err
-			}
-			for _, e := range slices.Backward(events) {
-				if e.Type == reprise.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
-					rows.Close()
-					if e.Attempt > t.Attempt {
-						t.Attempt, t.StartedAt = e.Attempt, e.At
-					}
-					return nil
+	return newestFirst(ctx, s.pool, t.RunID, func(events []reprise.Event) bool {
+		for _, e := range slices.Backward(events) {
+			if e.Type == reprise.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
+				if e.Attempt > t.Attempt {
+					t.Attempt, t.StartedAt = e.Attempt, e.At
 				}
+				return true
 			}
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if n < page {
-			return nil
-		}
-	}
+		return false
+	})
 }
