@@ -156,14 +156,8 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 }
 
 // completedRead is completeAll's read of a handed result's task, which a
-// group may send ahead.
-//
-// It takes no lock of the task: it runs after the statement that locked
-// the run (a read ahead of a later text, or in turn), so it sees the
-// task as the last holder of the run's lock left it, and every write of
-// a task's token, owner or lease holds its run's lock, but a heartbeat's,
-// which only puts off a lease that has not lapsed. The lock was a tuple
-// write and a WAL record per step for nothing.
+// group may send ahead. Like lockTask's read of a task, it takes no lock
+// of the task: it runs after the statement that locked the run.
 func completedRead(taskID int64, runID string) *aheadRead {
 	return newRead(`
 		SELECT execution, position, step, attempt, token, owner, lease_until FROM reprise_task
@@ -423,9 +417,8 @@ type taskRows struct {
 }
 
 // add adds a task for st, leased to owner until the given time when owner
-// is set.
-// The name and key are pointed to where st has them: the statement is
-// encoded before the advance returns.
+// is set. The name and key are pointed to where st has them: the statement
+// is encoded before the advance returns.
 func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
 	if r.pos == nil {
 		r.pos, r.step, r.input, r.key, r.policy = r.pos0[:0], r.step0[:0], r.input0[:0], r.key0[:0], r.policy0[:0]

@@ -231,7 +231,9 @@ type leasedTask struct {
 // write of a task's token, owner or lease holds its run's lock, but a
 // heartbeat's, which only puts off a lease that has not lapsed. A write
 // of the task takes the task's lock as it writes; a retry in place never
-// does, and the lock was a tuple write and a WAL record for nothing.
+// does, and the lock was a tuple write and a WAL record for nothing. The
+// read need not check the task's run: a task's run never changes, and
+// task ids are never used again.
 func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt int, expired, full bool) (*leasedTask, error) {
 	reads := lockTaskReads(clock, id, full)
 	// One allocation for the task, its run's head, its next attempt and
@@ -253,7 +255,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	if err := tx.own(t.run.id); err != nil {
 		return nil, err
 	}
-	dest := append(sc.dest[:0], &sc.runID, &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease)
+	dest := append(sc.dest[:0], &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease)
 	if full {
 		t.next = &sc.next
 		t.next.ID = id
@@ -261,7 +263,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 			&t.next.Base, &t.next.Lapses)
 	}
 	err = tx.QueryRow(ctx, reads[1].sql, reads[1].args...).Scan(dest...)
-	if errors.Is(err, pgx.ErrNoRows) || (err == nil && sc.runID != t.run.id) {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, reprise.ErrLeaseLost // gone since its run was found
 	}
 	if err != nil {
@@ -286,7 +288,6 @@ type taskScan struct {
 	task          leasedTask
 	head          runHead
 	next          reprise.Task
-	runID         string
 	input, policy []byte
 	firstStarted  *time.Time
 	dest          [15]any
@@ -299,13 +300,8 @@ func lockTaskReads(clock any, id int64, full bool) []*aheadRead {
 	if full {
 		sql = readTaskFullSQL
 	}
-	var r struct {
-		reads [2]*aheadRead
-		id    any
-	}
-	r.id = id // boxed once for both
-	r.reads = [2]*aheadRead{newRead(lockTaskRunSQL, timestamptzInt8, clock, r.id), newRead(sql, bigint, r.id)}
-	return r.reads[:]
+	boxed := any(id) // once for both
+	return []*aheadRead{newRead(lockTaskRunSQL, timestamptzInt8, clock, boxed), newRead(sql, bigint, boxed)}
 }
 
 // lockTaskRunSQL locks a task's run; readTaskSQL reads the task, and
@@ -319,7 +315,7 @@ const (
 	readTaskFullSQL = readTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base, lapses
 		FROM reprise_task WHERE id = $1`
 	readTaskHead = `
-		SELECT run_id, execution, position, step, attempt, token, owner, lease_until`
+		SELECT execution, position, step, attempt, token, owner, lease_until`
 )
 
 // TaskComplete records an attempt's result: appends StepCompleted and
