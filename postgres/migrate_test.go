@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 
@@ -105,5 +106,23 @@ func TestKeysCompareAsBytes(t *testing.T) {
 		if c.Collation != "C" {
 			t.Errorf("%s has collation %q, want C", c.Name, c.Collation)
 		}
+	}
+}
+
+// TestRunPagesKeepRoom checks that a run's page keeps half its room for the
+// run's next versions (schema version 6), so that its appends are HOT.
+func TestRunPagesKeepRoom(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	openOn(t, dsn, &postgres.Options{Schema: schema})
+	var options []string
+	err := connect(t, dsn).QueryRow(t.Context(), `
+		SELECT coalesce(c.reloptions, '{}') FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relname = 'reprise_run'`, schema).Scan(&options)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(options, "fillfactor=50") {
+		t.Errorf("reprise_run options %q, want fillfactor=50", options)
 	}
 }
