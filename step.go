@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -36,13 +37,20 @@ func (s *StepDef[I, O]) entry() (any, error) {
 		return nil, fmt.Errorf("step %s: %w", s.name, err)
 	}
 	fn := s.fn
-	return &stepEntry{name: s.name, cfg: cfg, run: func(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	plain := plainValue(reflect.TypeFor[I]())
+	return &stepEntry{name: s.name, cfg: cfg, run: func(ctx context.Context, raw json.RawMessage, memo *inputMemo) (json.RawMessage, error) {
 		var in I
-		if err := unmarshalInput(raw, &in); err != nil {
+		v, memoized := memo.get(raw)
+		if memoized {
+			in = v.(I)
+		} else if err := unmarshalInput(raw, &in); err != nil {
 			return nil, retry.Permanent(fmt.Errorf("decode input of step %s: %w", s.name, err))
 		}
-		out, err := fn(ctx, in)
+		out, err := fn(ctx, in) // a copy: in stays as decoded
 		if err != nil {
+			if plain && !memoized {
+				memo.set(raw, in) // for a retry at once
+			}
 			return nil, err
 		}
 		b, err := json.Marshal(out)
@@ -59,11 +67,64 @@ func NewRawStep(name string, fn func(context.Context, json.RawMessage) (json.Raw
 	return NewStep(name, fn, opts...)
 }
 
-// stepEntry is a step as the engine runs it.
+// stepEntry is a step as the engine runs it. run takes the memo of the
+// attempts before it in the same chain (see inputMemo).
 type stepEntry struct {
 	name string
 	cfg  stepConfig
-	run  func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
+	run  func(ctx context.Context, input json.RawMessage, memo *inputMemo) (json.RawMessage, error)
+}
+
+// An inputMemo keeps a step's input as the first failed attempt of a chain
+// decoded it, so that the retries that follow it at once in the same
+// goroutine do not decode it again: for a small input, decoding was a
+// large part of what an attempt cost the engine besides its write. Only
+// plain values are kept (plainValue): a copy of one shares nothing with
+// the memo, so whatever an attempt does to its input, the next gets it as
+// decoded. The input's bytes are compared each time, so a memo never
+// serves another input. A type's own UnmarshalJSON then runs once per
+// chain.
+type inputMemo struct {
+	raw   string
+	value any
+}
+
+// get returns the value decoded from raw, if the memo holds it.
+func (m *inputMemo) get(raw json.RawMessage) (any, bool) {
+	if m == nil || m.value == nil || m.raw != string(raw) {
+		return nil, false
+	}
+	return m.value, true
+}
+
+// set keeps v, decoded from raw.
+func (m *inputMemo) set(raw json.RawMessage, v any) {
+	if m != nil {
+		m.raw, m.value = string(raw), v
+	}
+}
+
+// plainValue reports whether a value of type t holds no references: a copy
+// of it is a deep copy. Strings count as plain (they are immutable);
+// pointers, slices, maps, interfaces, channels and functions do not.
+func plainValue(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.String,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return true
+	case reflect.Array:
+		return plainValue(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if !plainValue(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // A StepOption configures a step where it is defined or where it is called;

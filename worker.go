@@ -402,8 +402,9 @@ func (e *Engine) runChain(a *attempt, s *stepEntry) {
 	e.goroutines.Go(func() {
 		defer e.workWG.Done()
 		defer e.busy.Add(-1)
+		var memo inputMemo // the step's input, across retries at once
 		for a != nil {
-			a = e.nextAttempt(a, e.runAttempt(a, s))
+			a = e.nextAttempt(a, e.runAttempt(a, s, &memo))
 		}
 	})
 }
@@ -501,7 +502,7 @@ func (e *Engine) dropWaiting() {
 
 // runAttempt calls the step under its timeout, keeps its lease alive and
 // records the outcome.
-func (e *Engine) runAttempt(a *attempt, s *stepEntry) (next *Task) {
+func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Task) {
 	ctx, t := a.ctx, a.task
 	if context.Cause(ctx) != nil {
 		// Cancelled while it waited for a slot: what stopped it counted
@@ -535,7 +536,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry) (next *Task) {
 	} else {
 		e.inStep.Add(1)
 		e.busy.Add(-1)
-		out, err = callStep(ctx, s, t.Input)
+		out, err = callStep(ctx, s, t.Input, memo)
 		if a.stopping.CompareAndSwap(false, true) {
 			e.busy.Add(1)
 		}
@@ -573,13 +574,13 @@ func attemptLimit(pol *policy, t *Task, now time.Time) time.Duration {
 }
 
 // callStep runs the step function, turning a panic into an attempt failure.
-func callStep(ctx context.Context, s *stepEntry, input json.RawMessage) (out json.RawMessage, err error) {
+func callStep(ctx context.Context, s *stepEntry, input json.RawMessage, memo *inputMemo) (out json.RawMessage, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &retry.Error{Type: TypePanic, Message: fmt.Sprintf("%v\n%s", p, debug.Stack()), Retryable: true}
 		}
 	}()
-	return s.run(ctx, input)
+	return s.run(ctx, input, memo)
 }
 
 // heartbeat renews the attempt's lease every LeaseTTL/3 until stopped; a
