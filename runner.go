@@ -164,7 +164,10 @@ func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
 }
 
 // push hands events appended elsewhere (a step's outcome, a timer) to the
-// runner. It never blocks.
+// runner, and wakes it unless they are only attempts started and failed,
+// which settle nothing the workflow waits for: a step's retries would
+// otherwise wake its runner once each for nothing. Those wait in the inbox
+// for the next wake-up (with no events: always). It never blocks.
 func (r *runner) push(events []Event) {
 	r.mu.Lock()
 	r.inbox = append(r.inbox, events...)
@@ -177,6 +180,9 @@ func (r *runner) push(events []Event) {
 		}
 	}
 	r.mu.Unlock()
+	if len(events) > 0 && !settling(events) {
+		return
+	}
 	// A wake-up not yet taken counts as busy; the runner inherits it.
 	r.e.busy.Add(1)
 	select {
@@ -184,6 +190,17 @@ func (r *runner) push(events []Event) {
 	default:
 		r.e.busy.Add(-1)
 	}
+}
+
+// settling reports whether the runner may have to act on any of events:
+// anything but an attempt's start or failure.
+func settling(events []Event) bool {
+	for i := range events {
+		if t := events[i].Type; t != EventAttemptStarted && t != EventAttemptFailed {
+			return true
+		}
+	}
+	return false
 }
 
 // resync tells the runner that another process appended to its history.
