@@ -88,6 +88,7 @@ var (
 // or not.
 func TestRetriesAtOnceShareAPlainInput(t *testing.T) {
 	memoSeen.plain, memoSeen.ref = map[string][]int{}, map[string][][]int{}
+	memoDecodes.Clear()
 	env := reprisetest.New(t, nil, memoWorkflow, plainStep, refStep)
 	h, err := memoWorkflow.Start(t.Context(), env.Engine, "once")
 	if err != nil {
