@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"reprise"
 )
@@ -64,4 +65,16 @@ func TaskRowVersion(ctx context.Context, s *Store, id int64) (string, error) {
 	var xmin string
 	err := s.pool.QueryRow(ctx, `SELECT xmin::text FROM reprise_task WHERE id = $1`, id).Scan(&xmin)
 	return xmin, err
+}
+
+// EncodesArraysItself reports whether s's pooled connections write the
+// store's arrays with its own encoder (registerArrays).
+func EncodesArraysItself(ctx context.Context, s *Store) (bool, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	_, ok := conn.Conn().TypeMap().PlanEncode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, textArray{}).(encodeBinaryArray)
+	return ok, nil
 }

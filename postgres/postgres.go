@@ -137,6 +137,11 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
+	// Every connection writes the store's arrays itself (arrays.go).
+	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		registerArrays(conn.TypeMap())
+		return nil
+	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{o.Schema}.Sanitize()
 	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
 	// Every statement is prepared once per connection and its parameters

@@ -269,3 +269,18 @@ func TestStore(t *testing.T) {
 		return openStore(t, now)
 	})
 }
+
+// TestConnectionsEncodeArraysThemselves checks that every connection of a
+// store writes the store's arrays with its own encoder.
+func TestConnectionsEncodeArraysThemselves(t *testing.T) {
+	t.Parallel()
+	dsn, schema := testSchema(t)
+	s := openOn(t, dsn, &postgres.Options{Schema: schema})
+	ok, err := postgres.EncodesArraysItself(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Error("a pooled connection encodes the store's arrays with pgx's codec")
+	}
+}
