@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -122,7 +123,7 @@ func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
 			for m, r := range rs {
 				col[m] = group[r.call].first[r.read].args[k]
 			}
-			args[k] = col
+			args[k] = typed(first.types[k], col)
 		}
 		set := first.set
 		if set == "" {
@@ -160,6 +161,48 @@ func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
 		}
 	}
 	return ahead, br.Close()
+}
+
+// typed returns a merged read's column of values of SQL type typ as one of
+// the store's arrays (arrays.go) when every value is of its Go type, and as
+// it is otherwise: pgx encodes a []any by reflection, value by value.
+func typed(typ string, col []any) any {
+	switch typ {
+	case "bigint":
+		if a, ok := typedAs[int64](col); ok {
+			return int64Array(a)
+		}
+	case "text":
+		if a, ok := typedAs[string](col); ok {
+			return textArray(a)
+		}
+	case "timestamptz":
+		a := make(nullTimeArray, len(col))
+		for i, v := range col {
+			switch t := v.(type) {
+			case nil: // the database's clock
+			case time.Time:
+				a[i] = &t
+			default:
+				return col
+			}
+		}
+		return a
+	}
+	return col
+}
+
+// typedAs returns col as a []T, if every value in it is a T.
+func typedAs[T any](col []any) ([]T, bool) {
+	a := make([]T, len(col))
+	for i, v := range col {
+		t, ok := v.(T)
+		if !ok {
+			return nil, false
+		}
+		a[i] = t
+	}
+	return a, true
 }
 
 // merged returns the statement that runs read text (with SKIP LOCKED) for

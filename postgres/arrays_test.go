@@ -140,3 +140,39 @@ func BenchmarkArrayEncode(b *testing.B) {
 		})
 	}
 }
+
+// TestTypedColumnsEncodeAsAny checks that a merged read's column becomes
+// one of the store's arrays when its values allow, and that it encodes to
+// the bytes pgx makes of the []any it came from.
+func TestTypedColumnsEncodeAsAny(t *testing.T) {
+	at := time.Date(2026, 11, 24, 13, 0, 0, 123456000, time.UTC)
+	m, fast := pgtype.NewMap(), pgtype.NewMap()
+	registerArrays(fast)
+	for _, c := range []struct {
+		typ   string
+		oid   uint32
+		col   []any
+		typed bool
+	}{
+		{"bigint", pgtype.Int8ArrayOID, []any{int64(1), int64(-2) << 40}, true},
+		{"bigint", pgtype.Int8ArrayOID, []any{int64(1), nil}, false},
+		{"text", pgtype.TextArrayOID, []any{"run-1", ""}, true},
+		{"text", pgtype.TextArrayOID, []any{"run-1", nil}, false},
+		{"timestamptz", pgtype.TimestamptzArrayOID, []any{nil, nil}, true},
+		{"timestamptz", pgtype.TimestamptzArrayOID, []any{at, nil, at.Add(time.Hour)}, true},
+		{"int", pgtype.Int4ArrayOID, []any{int32(3)}, false},
+	} {
+		arg := typed(c.typ, c.col)
+		if _, isAny := arg.([]any); isAny == c.typed {
+			t.Errorf("typed(%s, %v) = %T, want typed %v", c.typ, c.col, arg, c.typed)
+		}
+		want, err := m.Encode(c.oid, pgtype.BinaryFormatCode, c.col, nil)
+		if err != nil {
+			t.Fatalf("%s %v: %v", c.typ, c.col, err)
+		}
+		got, err := fast.Encode(c.oid, pgtype.BinaryFormatCode, arg, nil)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s %v encodes as %x, %v; want %x", c.typ, c.col, got, err, want)
+		}
+	}
+}
