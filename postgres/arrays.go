@@ -9,19 +9,25 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// Array arguments that pgx encodes without boxing their elements.
+// The store's array arguments, which write themselves.
 //
-// pgx reads an array argument element by element through
-// pgtype.ArrayGetter, whose Index returns each element as an any: for a
-// []string, []time.Time or []int64 that is an allocation per element, and
-// the merged writes of a group carry thousands of elements (8 % of the
-// engine process's allocations in the multi-process benchmark). These
-// arrays hand out pointers to their elements instead, which box for free,
-// typed so that pgx encodes them through its valuer interfaces.
+// pgx encodes an array argument element by element, through
+// pgtype.ArrayGetter, whose Index returns each element as an any (for a
+// []string, []time.Time or []int64 an allocation per element), and through
+// interfaces per element; it appends to a buffer that it shrinks again
+// after every statement above 256 bytes, so a group's array of event
+// bodies (tens of KB) was regrown from there each time, by doubling. The
+// merged writes of a group carry thousands of elements. The store's array
+// types instead write PostgreSQL's binary array format directly into a
+// buffer grown once to their size: 4× faster and a fourth of the bytes for
+// 64 bodies of 400 bytes (BenchmarkArrayEncode). Every connection's codec
+// of each array type the store sends (registerArrays) does this for them
+// and leaves any other value, or these sent as another type, to pgx, which
+// encodes slices by reflection.
 
 // unboxed returns args with each array of a type below, or pointer to one
-// (see insertCols), replaced by its unboxing wrapper; other arguments are
-// kept as they are.
+// (see insertCols), replaced by the store's array of it; other arguments
+// are kept as they are.
 func unboxed(args []any) []any {
 	out := make([]any, len(args))
 	for i, a := range args {
@@ -74,14 +80,6 @@ func unboxAll(qs []*pgx.QueuedQuery) {
 	}
 }
 
-// dims is the one dimension of an array of n elements; a nil slice is NULL.
-func dims(n int, null bool) []pgtype.ArrayDimension {
-	if null {
-		return nil
-	}
-	return []pgtype.ArrayDimension{{Length: int32(n), LowerBound: 1}}
-}
-
 type (
 	textArray  []string
 	timeArray  []time.Time
@@ -89,87 +87,11 @@ type (
 	int32Array []int32
 	boolArray  []bool
 
-	textElem  string
-	timeElem  time.Time
-	int64Elem int64
-	int32Elem int32
-	boolElem  bool
-
 	// Arrays whose nil elements are NULL, and of durations (intervals).
 	nullTextArray []*string
 	nullTimeArray []*time.Time
 	durationArray []time.Duration
-	durationElem  time.Duration
 )
-
-func (a textArray) Dimensions() []pgtype.ArrayDimension  { return dims(len(a), a == nil) }
-func (a textArray) Index(i int) any                      { return (*textElem)(&a[i]) }
-func (a textArray) IndexType() any                       { return (*textElem)(nil) }
-func (a timeArray) Dimensions() []pgtype.ArrayDimension  { return dims(len(a), a == nil) }
-func (a timeArray) Index(i int) any                      { return (*timeElem)(&a[i]) }
-func (a timeArray) IndexType() any                       { return (*timeElem)(nil) }
-func (a int64Array) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
-func (a int64Array) Index(i int) any                     { return (*int64Elem)(&a[i]) }
-func (a int64Array) IndexType() any                      { return (*int64Elem)(nil) }
-func (a int32Array) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
-func (a int32Array) Index(i int) any                     { return (*int32Elem)(&a[i]) }
-func (a int32Array) IndexType() any                      { return (*int32Elem)(nil) }
-func (a boolArray) Dimensions() []pgtype.ArrayDimension  { return dims(len(a), a == nil) }
-func (a boolArray) Index(i int) any                      { return (*boolElem)(&a[i]) }
-func (a boolArray) IndexType() any                       { return (*boolElem)(nil) }
-
-func (a nullTextArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
-func (a nullTextArray) Index(i int) any                     { return (*textElem)(a[i]) }
-func (a nullTextArray) IndexType() any                      { return (*textElem)(nil) }
-func (a nullTimeArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
-func (a nullTimeArray) Index(i int) any                     { return (*timeElem)(a[i]) }
-func (a nullTimeArray) IndexType() any                      { return (*timeElem)(nil) }
-func (a durationArray) Dimensions() []pgtype.ArrayDimension { return dims(len(a), a == nil) }
-func (a durationArray) Index(i int) any                     { return (*durationElem)(&a[i]) }
-func (a durationArray) IndexType() any                      { return (*durationElem)(nil) }
-
-// A nil element (of a nullTextArray or nullTimeArray) is NULL.
-
-func (e *textElem) TextValue() (pgtype.Text, error) {
-	if e == nil {
-		return pgtype.Text{}, nil
-	}
-	return pgtype.Text{String: string(*e), Valid: true}, nil
-}
-
-func (e *timeElem) TimestamptzValue() (pgtype.Timestamptz, error) {
-	if e == nil {
-		return pgtype.Timestamptz{}, nil
-	}
-	return pgtype.Timestamptz{Time: time.Time(*e), Valid: true}, nil
-}
-
-func (e *durationElem) IntervalValue() (pgtype.Interval, error) {
-	return pgtype.Interval{Microseconds: int64(time.Duration(*e) / time.Microsecond), Valid: true}, nil
-}
-
-func (e *int64Elem) Int64Value() (pgtype.Int8, error) {
-	return pgtype.Int8{Int64: int64(*e), Valid: true}, nil
-}
-
-func (e *int32Elem) Int64Value() (pgtype.Int8, error) {
-	return pgtype.Int8{Int64: int64(*e), Valid: true}, nil
-}
-
-func (e *boolElem) BoolValue() (pgtype.Bool, error) {
-	return pgtype.Bool{Bool: bool(*e), Valid: true}, nil
-}
-
-// Encoding the arrays in one pass. pgx encodes an array element by
-// element through interfaces, appending to a buffer that it shrinks again
-// after every statement above 256 bytes: a group's array of event bodies
-// (tens of KB) was regrown from there each time, by doubling, and each of
-// its elements went through three interface calls. The store's own array
-// types instead write PostgreSQL's binary array format directly into a
-// buffer grown once to their size: 4× faster and a fourth of the bytes
-// for 64 bodies of 400 bytes (BenchmarkArrayEncode). Every connection's
-// codec of each array type the store sends (registerArrays) does this for
-// them and leaves any other value to pgx's own codec.
 
 // A binaryArray is one of the store's array types, which writes itself.
 type binaryArray interface {
@@ -242,10 +164,20 @@ const nullElem = 0xFFFFFFFF
 // y2k is PostgreSQL's epoch for timestamps, in µs after Unix's.
 const y2k = 946_684_800 * 1_000_000
 
-// appendTime appends t's length and value as a timestamptz.
+// appendTime appends t as a timestamptz's value.
 func appendTime(buf []byte, t time.Time) []byte {
-	buf = binary.BigEndian.AppendUint32(buf, 8)
 	return binary.BigEndian.AppendUint64(buf, uint64(t.Unix()*1_000_000+int64(t.Nanosecond())/1000-y2k))
+}
+
+// appendFixed appends a, an array of elements of type elem and of width
+// bytes each, which put appends.
+func appendFixed[T any](buf []byte, a []T, elem uint32, width int, put func([]byte, T) []byte) []byte {
+	buf = appendHeader(buf, (4+width)*len(a), len(a), elem, false)
+	for _, v := range a {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(width))
+		buf = put(buf, v)
+	}
+	return buf
 }
 
 func (a textArray) elemOID() uint32 { return pgtype.TextOID }
@@ -289,11 +221,7 @@ func (a nullTextArray) appendBinary(buf []byte) []byte {
 func (a timeArray) elemOID() uint32 { return pgtype.TimestamptzOID }
 func (a timeArray) isNil() bool     { return a == nil }
 func (a timeArray) appendBinary(buf []byte) []byte {
-	buf = appendHeader(buf, 12*len(a), len(a), pgtype.TimestamptzOID, false)
-	for _, t := range a {
-		buf = appendTime(buf, t)
-	}
-	return buf
+	return appendFixed(buf, a, pgtype.TimestamptzOID, 8, appendTime)
 }
 
 func (a nullTimeArray) elemOID() uint32 { return pgtype.TimestamptzOID }
@@ -305,6 +233,7 @@ func (a nullTimeArray) appendBinary(buf []byte) []byte {
 			buf = binary.BigEndian.AppendUint32(buf, nullElem)
 			continue
 		}
+		buf = binary.BigEndian.AppendUint32(buf, 8)
 		buf = appendTime(buf, *t)
 	}
 	return buf
@@ -313,48 +242,35 @@ func (a nullTimeArray) appendBinary(buf []byte) []byte {
 func (a int64Array) elemOID() uint32 { return pgtype.Int8OID }
 func (a int64Array) isNil() bool     { return a == nil }
 func (a int64Array) appendBinary(buf []byte) []byte {
-	buf = appendHeader(buf, 12*len(a), len(a), pgtype.Int8OID, false)
-	for _, v := range a {
-		buf = binary.BigEndian.AppendUint32(buf, 8)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(v))
-	}
-	return buf
+	return appendFixed(buf, a, pgtype.Int8OID, 8, func(b []byte, v int64) []byte {
+		return binary.BigEndian.AppendUint64(b, uint64(v))
+	})
 }
 
 func (a int32Array) elemOID() uint32 { return pgtype.Int4OID }
 func (a int32Array) isNil() bool     { return a == nil }
 func (a int32Array) appendBinary(buf []byte) []byte {
-	buf = appendHeader(buf, 8*len(a), len(a), pgtype.Int4OID, false)
-	for _, v := range a {
-		buf = binary.BigEndian.AppendUint32(buf, 4)
-		buf = binary.BigEndian.AppendUint32(buf, uint32(v))
-	}
-	return buf
+	return appendFixed(buf, a, pgtype.Int4OID, 4, func(b []byte, v int32) []byte {
+		return binary.BigEndian.AppendUint32(b, uint32(v))
+	})
 }
 
 func (a boolArray) elemOID() uint32 { return pgtype.BoolOID }
 func (a boolArray) isNil() bool     { return a == nil }
 func (a boolArray) appendBinary(buf []byte) []byte {
-	buf = appendHeader(buf, 5*len(a), len(a), pgtype.BoolOID, false)
-	for _, v := range a {
-		b := byte(0)
+	return appendFixed(buf, a, pgtype.BoolOID, 1, func(b []byte, v bool) []byte {
 		if v {
-			b = 1
+			return append(b, 1)
 		}
-		buf = binary.BigEndian.AppendUint32(buf, 1)
-		buf = append(buf, b)
-	}
-	return buf
+		return append(b, 0)
+	})
 }
 
 func (a durationArray) elemOID() uint32 { return pgtype.IntervalOID }
 func (a durationArray) isNil() bool     { return a == nil }
 func (a durationArray) appendBinary(buf []byte) []byte {
-	buf = appendHeader(buf, 20*len(a), len(a), pgtype.IntervalOID, false)
-	for _, d := range a {
-		buf = binary.BigEndian.AppendUint32(buf, 16)
-		buf = binary.BigEndian.AppendUint64(buf, uint64(d/time.Microsecond))
-		buf = binary.BigEndian.AppendUint64(buf, 0) // days and months
-	}
-	return buf
+	return appendFixed(buf, a, pgtype.IntervalOID, 16, func(b []byte, d time.Duration) []byte {
+		b = binary.BigEndian.AppendUint64(b, uint64(d/time.Microsecond))
+		return binary.BigEndian.AppendUint64(b, 0) // days and months
+	})
 }
