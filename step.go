@@ -91,7 +91,7 @@ type inputMemo struct {
 
 // get returns the value decoded from raw, if the memo holds it.
 func (m *inputMemo) get(raw json.RawMessage) (any, bool) {
-	if m == nil || m.value == nil || m.raw != string(raw) {
+	if m.value == nil || m.raw != string(raw) {
 		return nil, false
 	}
 	return m.value, true
@@ -99,9 +99,7 @@ func (m *inputMemo) get(raw json.RawMessage) (any, bool) {
 
 // set keeps v, decoded from raw.
 func (m *inputMemo) set(raw json.RawMessage, v any) {
-	if m != nil {
-		m.raw, m.value = string(raw), v
-	}
+	m.raw, m.value = string(raw), v
 }
 
 // plainValue reports whether a value of type t holds no references: a copy
