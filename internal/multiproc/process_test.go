@@ -3,6 +3,7 @@ package multiproc
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -38,6 +39,9 @@ const (
 	// envWriters, set in the test's own environment, is the engine
 	// processes' postgres.Options.Writers (the default: unset).
 	envWriters = "REPRISE_MULTIPROC_WRITERS"
+	// envGate makes an engine process wait, once ready, until its
+	// standard input is closed before it runs its engine (see spawnGated).
+	envGate = "REPRISE_MULTIPROC_GATE"
 )
 
 // TestEngineProcess is an engine process: the parent test runs this test
@@ -81,6 +85,11 @@ func TestEngineProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Println("engine ready")
+	if os.Getenv(envGate) != "" {
+		if _, err := io.Copy(io.Discard, os.Stdin); err != nil { // until the parent closes it
+			t.Fatalf("wait for the gate: %v", err)
+		}
+	}
 	if err := e.Run(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -104,6 +113,7 @@ type process struct {
 	cmd  *exec.Cmd
 	out  *syncBuffer
 	done chan struct{}
+	gate io.WriteCloser // spawnGated's: closed to let the engine run
 }
 
 // newCluster creates a schema on the server at dsn, migrated, and drops it
@@ -151,6 +161,23 @@ func (c *cluster) start(id string, leaseTTL time.Duration, concurrency int) {
 // spawn starts an engine process.
 func (c *cluster) spawn(id string, leaseTTL time.Duration, concurrency int) *process {
 	c.t.Helper()
+	return c.launch(id, leaseTTL, concurrency, false)
+}
+
+// spawnGated starts an engine process that, once ready (waitReady), waits
+// for open before it runs its engine: a benchmark's clock then leaves out
+// the process's start, its connection and its schema check, as
+// bench/river's leaves out making its client and pool.
+func (c *cluster) spawnGated(id string, leaseTTL time.Duration, concurrency int) *process {
+	c.t.Helper()
+	return c.launch(id, leaseTTL, concurrency, true)
+}
+
+// open lets a process from spawnGated run its engine.
+func (p *process) open() { p.gate.Close() }
+
+func (c *cluster) launch(id string, leaseTTL time.Duration, concurrency int, gated bool) *process {
+	c.t.Helper()
 	args := []string{"-test.run=^TestEngineProcess$", "-test.count=1", "-test.v"}
 	if prof := os.Getenv(envCPUProfile); prof != "" {
 		args = append(args, "-test.cpuprofile="+prof+"."+id)
@@ -164,6 +191,14 @@ func (c *cluster) spawn(id string, leaseTTL time.Duration, concurrency int) *pro
 		envLeaseTTL+"="+leaseTTL.String(), envConcurrency+"="+strconv.Itoa(concurrency))
 	p := &process{id: id, cmd: cmd, out: &syncBuffer{}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
+	if gated {
+		cmd.Env = append(cmd.Env, envGate+"=1")
+		gate, err := cmd.StdinPipe()
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		p.gate = gate
+	}
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
