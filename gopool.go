@@ -11,8 +11,9 @@ import "time"
 // The collector halves the stack of a goroutine that uses less than a
 // quarter of it, which an idle one would: each cycle shrank the idle
 // goroutines' stacks and the next functions grew them again (copying
-// stacks was 4 % of the engine's CPU in the PostgreSQL benchmark). So an
-// idle goroutine keeps a quarter of the stack it keeps in use.
+// stacks was 4 % of the engine's CPU in the PostgreSQL benchmark). So a
+// goroutine of the pool holds a frame of a quarter of keptStack, and the
+// collector leaves a stack of up to keptStack alone.
 type gopool struct {
 	work chan func()
 	idle time.Duration // how long a goroutine waits for work before it ends
@@ -48,8 +49,8 @@ func (p *gopool) worker(f func()) {
 	}
 }
 
-// keptStack is the stack size a pool's goroutine keeps while idle: what a
-// step's JSON decoding grew it to.
+// keptStack is the stack a pool's goroutine keeps while idle: enough for
+// the bench workload's steps to decode their input without growing it.
 const keptStack = 16 << 10
 
 // hold keeps b, and so the frame that holds it, on the stack: the compiler

@@ -176,6 +176,7 @@ func (c *cluster) spawnGated(id string, leaseTTL time.Duration, concurrency int)
 // open lets a process from spawnGated run its engine.
 func (p *process) open() { p.gate.Close() }
 
+// launch starts an engine process, gated (spawnGated) or not.
 func (c *cluster) launch(id string, leaseTTL time.Duration, concurrency int, gated bool) *process {
 	c.t.Helper()
 	args := []string{"-test.run=^TestEngineProcess$", "-test.count=1", "-test.v"}
