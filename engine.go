@@ -88,7 +88,8 @@ type Engine struct {
 	perStep  map[string]int
 	waiting  []*attempt
 	// claiming counts the runs claimed (claimRunsOnce) that have not yet
-	// settled: made their first wait, leasing their steps, or ended;
+	// settled: reserved room for their steps, made their first wait, or
+	// ended;
 	// moreRuns says that the last claim took all it asked for.
 	claiming int
 	moreRuns bool
@@ -661,7 +662,10 @@ func (e *Engine) roomFreedLocked() {
 // claimBatch is the room worth a claim of its own.
 func (e *Engine) claimBatch() int { return max(1, e.cfg.MaxConcurrentSteps/4) }
 
-// settled notes that a claimed run made its first wait, or ended.
+// settled notes that a claimed run reserved room for its steps (reserve),
+// made its first wait, or ended: from then on the room it takes is counted
+// as its steps' (reserved, then in slots), not as a claim's, lest it count
+// twice while its first advance is written.
 func (e *Engine) settled(r *runner) {
 	if !r.claimed.CompareAndSwap(true, false) {
 		return // every wait but a claimed run's first: no lock

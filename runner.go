@@ -601,6 +601,9 @@ func (r *runner) flush() {
 		return
 	}
 	reserved := r.e.reserve(r.steps)
+	if len(reserved) > 0 {
+		r.e.settled(r) // a claimed run: its steps hold its room now
+	}
 	token := r.token.Load()
 	adv, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
 		RunID: r.id, Token: token, Completed: r.unrecorded, Steps: r.steps, Timers: r.timers,

@@ -123,3 +123,65 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 	close(gate)
 	waitFor(t, func() bool { return count(reprise.RunCompleted) == runs })
 }
+
+// holdsAdvances is a real store whose advances that schedule steps wait
+// for release.
+type holdsAdvances struct {
+	reprise.Store
+	held    chan string // the run of each advance held
+	release chan struct{}
+}
+
+func (s *holdsAdvances) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+	if len(p.Steps) > 0 {
+		s.held <- p.RunID
+		<-s.release
+	}
+	return s.Store.RunAdvance(ctx, p)
+}
+
+// TestClaimedRunCountsOnceWhileItsStepIsLeased: a claimed run whose first
+// advance, leasing its step, is being written holds the room of one step,
+// not two (its claim and its step's reservation), so that another run is
+// claimed into the room left.
+func TestClaimedRunCountsOnceWhileItsStepIsLeased(t *testing.T) {
+	t.Parallel()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "room.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store := &holdsAdvances{Store: db, held: make(chan string, 2), release: make(chan struct{})}
+	ctx := t.Context()
+	if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: "first", Workflow: "one", Input: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	step := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil })
+	wf := reprise.NewWorkflow("one", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
+	reprisetest.Run(t, reprise.Config{Store: store, MaxConcurrentSteps: 2, PollInterval: 10 * time.Millisecond}, step, wf)
+	// The engine stops only once the held advances are let go.
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(store.release) }) })
+
+	if id := <-store.held; id != "first" {
+		t.Fatalf("advance of %s held, want first", id)
+	}
+	if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: "second", Workflow: "one", Input: []byte("0")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-store.held:
+		if id != "second" {
+			t.Fatalf("advance of %s held, want second", id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second run was not claimed while the first one's step was being leased, with a slot free")
+	}
+	release.Do(func() { close(store.release) })
+	for _, id := range []string{"first", "second"} {
+		waitFor(t, func() bool {
+			run, err := db.RunGet(ctx, id)
+			return err == nil && run.Status == reprise.RunCompleted
+		})
+	}
+}
