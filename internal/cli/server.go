@@ -15,18 +15,20 @@ import (
 
 	"reprise"
 	"reprise/httpapi"
+	"reprise/postgres"
 )
 
 // serverMain serves the HTTP API on an engine that runs the demo's
 // workflows and every step registered through the API, until SIGINT or
 // SIGTERM.
 func serverMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T] [--lease-ttl D]")
+	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T] [--lease-ttl D] [--writers N]")
 	db := fs.String("db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
 	addr := fs.String("addr", "127.0.0.1:7420", "address to listen on; a non-loopback one needs a token")
 	token := fs.String("token", "", "bearer token every API call must carry (default $REPRISE_TOKEN)")
 	leaseTTL := fs.Duration("lease-ttl", 30*time.Second, "how long an attempt's lease lasts between heartbeats")
 	maxBody := fs.Int64("max-body", 1<<20, "largest request body accepted, in bytes")
+	writers := fs.Int("writers", 0, "PostgreSQL: transactions recording transitions at once (default 2; 1 when several engine processes share a small server)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
 		return code
@@ -43,13 +45,19 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 	if *maxBody <= 0 {
 		return usageErrorf(fs, stderr, "--max-body %d must be positive", *maxBody)
 	}
+	if *writers < 0 {
+		return usageErrorf(fs, stderr, "--writers %d must not be negative", *writers)
+	}
+	if *writers > 0 && !isPostgresURL(*db) {
+		return usageErrorf(fs, stderr, "--writers applies to a postgres:// --db, not %q", *db)
+	}
 	if err := checkExposure(*addr, *token); err != nil {
 		return usageErrorf(fs, stderr, "%v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, stderr, *db, *addr, *token, *leaseTTL, *maxBody); err != nil {
+	if err := serve(ctx, stderr, *db, *writers, *addr, *token, *leaseTTL, *maxBody); err != nil {
 		fmt.Fprintf(stderr, "reprise server: %v\n", err)
 		return exitFail
 	}
@@ -72,8 +80,14 @@ func checkExposure(addr, token string) error {
 	return fmt.Errorf("--addr %q is reachable from other machines; give --token (or set REPRISE_TOKEN) to require one, or listen on 127.0.0.1", addr)
 }
 
-func serve(ctx context.Context, stderr io.Writer, db, addr, token string, leaseTTL time.Duration, maxBody int64) error {
-	store, err := openStore(ctx, db)
+func serve(ctx context.Context, stderr io.Writer, db string, writers int, addr, token string, leaseTTL time.Duration, maxBody int64) error {
+	var store reprise.Store
+	var err error
+	if isPostgresURL(db) {
+		store, err = openPostgres(ctx, db, &postgres.Options{Writers: writers})
+	} else {
+		store, err = openStore(ctx, db)
+	}
 	if err != nil {
 		return err
 	}

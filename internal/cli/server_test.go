@@ -361,3 +361,22 @@ func TestServerRefusesExposureWithoutToken(t *testing.T) {
 		t.Errorf("exposed server: %d %q", code, stderr.String())
 	}
 }
+
+func TestServerWritersNeedsPostgres(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"server", "--writers", "-1", "--db", "postgres://db/x"}, "--writers -1 must not be negative"},
+		// An --addr refused later, so that a server that took the flag
+		// fails at once instead of serving.
+		{[]string{"server", "--writers", "1", "--db", filepath.Join(t.TempDir(), "r.db"), "--addr", "nocolon"}, "--writers applies to a postgres:// --db"},
+		{[]string{"server", "--writers", "two"}, "--writers"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(c.args, &stdout, &stderr); code != exitUsage || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%q: %d %q, want usage error %q", c.args, code, stderr.String(), c.want)
+		}
+	}
+}

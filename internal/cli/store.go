@@ -20,7 +20,7 @@ func openStore(ctx context.Context, db string) (reprise.Store, error) {
 	case db == "":
 		return nil, fmt.Errorf("--db is empty")
 	case isPostgresURL(db):
-		return openPostgres(ctx, db)
+		return openPostgres(ctx, db, nil)
 	}
 	path := strings.TrimPrefix(db, "sqlite:")
 	s, err := sqlite.Open(path, nil)
@@ -34,8 +34,10 @@ func isPostgresURL(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
-func openPostgres(ctx context.Context, dsn string) (reprise.Store, error) {
-	s, err := postgres.Open(ctx, dsn, nil)
+// openPostgres opens the PostgreSQL store at dsn with opts (nil: the
+// defaults).
+func openPostgres(ctx context.Context, dsn string, opts *postgres.Options) (reprise.Store, error) {
+	s, err := postgres.Open(ctx, dsn, opts)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
