@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,7 +19,7 @@ import (
 func migrateMain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("migrate", "[--db DATABASE] [--schema NAME]")
 	db := fs.String("db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
-	schema := fs.String("schema", "", "PostgreSQL schema that holds reprise's tables (default public)")
+	schema := fs.String("schema", "", "PostgreSQL schema that holds reprise's tables (default: the --db URL's search_path, or public)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
 		return code
@@ -47,9 +48,14 @@ func migrateDB(ctx context.Context, db, schema string) (version int, where strin
 	case db == "":
 		return 0, "--db", errors.New("empty")
 	case isPostgresURL(db):
-		if schema == "" {
-			schema = "public"
+		named, err := dsnSchema(db)
+		if err != nil {
+			return 0, "--db", err
 		}
+		if schema != "" && named != "" && named != schema {
+			return 0, "--db", fmt.Errorf("search_path %q and --schema %q name different schemas", named, schema)
+		}
+		schema = cmp.Or(schema, named, "public")
 		where = fmt.Sprintf("postgres schema %q", schema)
 		if err := postgres.Migrate(ctx, db, &postgres.Options{Schema: schema}); err != nil {
 			return 0, where, err

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the database/sql driver, to reach behind the store
 
+	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
 )
@@ -128,4 +129,67 @@ func sqliteUserVersion(t *testing.T, path string, set int) int {
 		t.Fatal(err)
 	}
 	return v
+}
+
+func TestDSNSchema(t *testing.T) {
+	t.Parallel()
+	for dsn, want := range map[string]string{
+		"postgres://u@h:5432/db":                                  "",
+		"postgres://u@h:5432/db?sslmode=disable&search_path=jobs": "jobs",
+		`postgres://u@h/db?search_path=%22Jobs%22`:                "Jobs",
+		"host=h dbname=db search_path=jobs":                       "jobs",
+	} {
+		if got, err := dsnSchema(dsn); err != nil || got != want {
+			t.Errorf("%s: %q, %v; want %q", dsn, got, err, want)
+		}
+	}
+	for _, dsn := range []string{"postgres://u@h/db?search_path=a,b", "postgres://u@h:notaport/db"} {
+		if got, err := dsnSchema(dsn); err == nil {
+			t.Errorf("%s: %q, want an error", dsn, got)
+		}
+	}
+}
+
+// TestPostgresSchemaInDSN: every command that takes --db keeps to the
+// schema its URL's search_path names.
+func TestPostgresSchemaInDSN(t *testing.T) {
+	t.Parallel()
+	dsn := os.Getenv("REPRISE_TEST_POSTGRES")
+	if dsn == "" {
+		t.Skip("REPRISE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
+	}
+	schema := fmt.Sprintf("reprise_cli_dsn_%d", time.Now().UnixNano()%1e9)
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+		conn.Close(context.Background())
+	})
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	db := dsn + sep + "search_path=" + schema
+
+	want := fmt.Sprintf("postgres schema %q: schema version %d\n", schema, postgres.SchemaVersion())
+	if stdout, stderr, code := runMain("migrate", "--db", db); code != exitOK || stdout != want {
+		t.Fatalf("migrate: code %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, want)
+	}
+	store, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "in-" + schema, Workflow: "wf", Input: []byte("1")})
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if stdout, stderr, code := runMain("runs", "--db", db); code != exitOK || !strings.Contains(stdout, "in-"+schema) {
+		t.Fatalf("runs: code %d, stdout %q, stderr %q; want the run created in %s", code, stdout, stderr, schema)
+	}
+	if _, stderr, code := runMain("migrate", "--db", db, "--schema", schema+"_other"); code != exitFail || !strings.Contains(stderr, "different schemas") {
+		t.Errorf("migrate with another --schema: code %d, stderr %q", code, stderr)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
@@ -35,11 +37,36 @@ func isPostgresURL(db string) bool {
 }
 
 // openPostgres opens the PostgreSQL store at dsn with opts (nil: the
-// defaults).
+// defaults), in the schema the DSN's search_path names (dsnSchema).
 func openPostgres(ctx context.Context, dsn string, opts *postgres.Options) (reprise.Store, error) {
-	s, err := postgres.Open(ctx, dsn, opts)
+	schema, err := dsnSchema(dsn)
+	if err != nil {
+		return nil, err
+	}
+	o := postgres.Options{}
+	if opts != nil {
+		o = *opts
+	}
+	o.Schema = schema
+	s, err := postgres.Open(ctx, dsn, &o)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
 	return s, nil
+}
+
+// dsnSchema is the schema a postgres:// --db names with search_path (as
+// "?search_path=NAME", or "search_path=NAME" in a key=value DSN), or ""
+// for the store's default, public. The store sets search_path itself, to
+// its one schema, on every connection.
+func dsnSchema(dsn string) (string, error) {
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		return "", fmt.Errorf("--db: %w", err)
+	}
+	path := strings.TrimSpace(cfg.RuntimeParams["search_path"])
+	if strings.Contains(path, ",") {
+		return "", fmt.Errorf("--db: search_path %q names several schemas; reprise keeps its tables in one", path)
+	}
+	return strings.Trim(path, `"`), nil
 }
