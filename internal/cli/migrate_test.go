@@ -69,13 +69,16 @@ func TestMigrateBadArguments(t *testing.T) {
 	}
 }
 
-func TestMigratePostgres(t *testing.T) {
-	t.Parallel()
-	dsn := os.Getenv("REPRISE_TEST_POSTGRES")
+// testSchema returns the test server's DSN, a schema name of the test's
+// own, dropped when it ends, and a connection to look behind the store;
+// it skips the test without REPRISE_TEST_POSTGRES.
+func testSchema(t *testing.T, prefix string) (dsn, schema string, conn *pgx.Conn) {
+	t.Helper()
+	dsn = os.Getenv("REPRISE_TEST_POSTGRES")
 	if dsn == "" {
 		t.Skip("REPRISE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
 	}
-	schema := fmt.Sprintf("reprise_cli_migrate_%d", time.Now().UnixNano()%1e9)
+	schema = fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano()%1e9)
 	conn, err := pgx.Connect(t.Context(), dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +87,12 @@ func TestMigratePostgres(t *testing.T) {
 		conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
 		conn.Close(context.Background())
 	})
+	return dsn, schema, conn
+}
+
+func TestMigratePostgres(t *testing.T) {
+	t.Parallel()
+	dsn, schema, conn := testSchema(t, "reprise_cli_migrate")
 
 	want := fmt.Sprintf("postgres schema %q: schema version %d\n", schema, postgres.SchemaVersion())
 	for range 2 {
@@ -154,19 +163,7 @@ func TestDSNSchema(t *testing.T) {
 // schema its URL's search_path names.
 func TestPostgresSchemaInDSN(t *testing.T) {
 	t.Parallel()
-	dsn := os.Getenv("REPRISE_TEST_POSTGRES")
-	if dsn == "" {
-		t.Skip("REPRISE_TEST_POSTGRES is not set (e.g. postgres://postgres@127.0.0.1:5432/test?sslmode=disable)")
-	}
-	schema := fmt.Sprintf("reprise_cli_dsn_%d", time.Now().UnixNano()%1e9)
-	conn, err := pgx.Connect(t.Context(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-		conn.Close(context.Background())
-	})
+	dsn, schema, _ := testSchema(t, "reprise_cli_dsn")
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
