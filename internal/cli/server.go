@@ -81,13 +81,7 @@ func checkExposure(addr, token string) error {
 }
 
 func serve(ctx context.Context, stderr io.Writer, db string, writers int, addr, token string, leaseTTL time.Duration, maxBody int64) error {
-	var store reprise.Store
-	var err error
-	if isPostgresURL(db) {
-		store, err = openPostgres(ctx, db, &postgres.Options{Writers: writers})
-	} else {
-		store, err = openStore(ctx, db)
-	}
+	store, err := openStoreWith(ctx, db, postgres.Options{Writers: writers})
 	if err != nil {
 		return err
 	}

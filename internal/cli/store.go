@@ -18,11 +18,17 @@ const defaultDB = "reprise.db"
 // openStore opens the store a --db value names: "sqlite:PATH", a bare path,
 // or a postgres:// URL.
 func openStore(ctx context.Context, db string) (reprise.Store, error) {
+	return openStoreWith(ctx, db, postgres.Options{})
+}
+
+// openStoreWith is openStore with pg, the options of a PostgreSQL store
+// but its schema (see openPostgres).
+func openStoreWith(ctx context.Context, db string, pg postgres.Options) (reprise.Store, error) {
 	switch {
 	case db == "":
 		return nil, fmt.Errorf("--db is empty")
 	case isPostgresURL(db):
-		return openPostgres(ctx, db, nil)
+		return openPostgres(ctx, db, pg)
 	}
 	path := strings.TrimPrefix(db, "sqlite:")
 	s, err := sqlite.Open(path, nil)
@@ -36,19 +42,15 @@ func isPostgresURL(db string) bool {
 	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
 }
 
-// openPostgres opens the PostgreSQL store at dsn with opts (nil: the
-// defaults), in the schema the DSN's search_path names (dsnSchema).
-func openPostgres(ctx context.Context, dsn string, opts *postgres.Options) (reprise.Store, error) {
+// openPostgres opens the PostgreSQL store at dsn with opts, in the schema
+// the DSN's search_path names (dsnSchema).
+func openPostgres(ctx context.Context, dsn string, opts postgres.Options) (reprise.Store, error) {
 	schema, err := dsnSchema(dsn)
 	if err != nil {
 		return nil, err
 	}
-	o := postgres.Options{}
-	if opts != nil {
-		o = *opts
-	}
-	o.Schema = schema
-	s, err := postgres.Open(ctx, dsn, &o)
+	opts.Schema = schema
+	s, err := postgres.Open(ctx, dsn, &opts)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres: %w", err)
 	}
