@@ -2,14 +2,12 @@ package reprise_test
 
 import (
 	"context"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise"
 	"reprise/reprisetest"
-	"reprise/sqlite"
 )
 
 // readCounting is a real store that counts history reads.
@@ -29,11 +27,7 @@ func (s *readCounting) HistoryList(ctx context.Context, p *reprise.HistoryListPa
 // that does not say how far it goes, makes the run read its history.
 func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 	t.Parallel()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	counted := &readCounting{Store: store}
+	counted := &readCounting{Store: tempSQLite(t)}
 	release := make(chan struct{})
 	hold := reprise.NewStep("hold", func(ctx context.Context, _ int) (int, error) {
 		<-release
@@ -42,7 +36,6 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) {
 		return reprise.Step(ctx, hold, n)
 	})
-	t.Cleanup(func() { store.Close() })
 	e := reprisetest.Run(t, reprise.Config{Store: counted, WorkerID: "engine-a"}, wf, hold)
 	t.Cleanup(func() { close(release) })
 
@@ -53,7 +46,7 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 	// The run waits for its step, resident, having read nothing.
 	var last int64
 	waitFor(t, func() bool {
-		events, err := store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: h.ID})
+		events, err := counted.Store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: h.ID})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,18 @@ import (
 	"reprise/sqlite"
 )
 
+// tempSQLite opens a SQLite store in a file of the test's own, closed when
+// the test ends.
+func tempSQLite(t *testing.T) *sqlite.Store {
+	t.Helper()
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // slowFails is a real store whose first TaskFail waits for release.
 type slowFails struct {
 	reprise.Store
@@ -34,11 +46,7 @@ func (s *slowFails) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*r
 // still runs once it is recorded.
 func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 	t.Parallel()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "slots.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := tempSQLite(t)
 	store := &slowFails{Store: db, writing: make(chan struct{}), release: make(chan struct{})}
 	flaky := failsFirst("flaky", "second time", "[retry: 3, backoff: 0s]")
 	quick := reprise.NewStep("quick", func(context.Context, int) (string, error) { return "quick", nil })
@@ -82,11 +90,7 @@ func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 // finishes them all.
 func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 	t.Parallel()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "backlog.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := tempSQLite(t)
 	const runs, slots = 60, 2
 	ctx := t.Context()
 	for i := range runs {
@@ -146,11 +150,7 @@ func (s *holdsAdvances) RunAdvance(ctx context.Context, p *reprise.RunAdvancePar
 // claimed into the room left.
 func TestClaimedRunCountsOnceWhileItsStepIsLeased(t *testing.T) {
 	t.Parallel()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "room.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	db := tempSQLite(t)
 	store := &holdsAdvances{Store: db, held: make(chan string, 2), release: make(chan struct{})}
 	ctx := t.Context()
 	if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: "first", Workflow: "one", Input: []byte("0")}); err != nil {
