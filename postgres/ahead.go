@@ -178,11 +178,16 @@ func typed(typ string, col []any) any {
 		}
 	case "timestamptz":
 		a := make(nullTimeArray, len(col))
+		var times []time.Time // one allocation for the times a clock gave
 		for i, v := range col {
 			switch t := v.(type) {
 			case nil: // the database's clock
 			case time.Time:
-				a[i] = &t
+				if times == nil {
+					times = make([]time.Time, len(col))
+				}
+				times[i] = t
+				a[i] = &times[i]
 			default:
 				return col
 			}
