@@ -67,9 +67,9 @@ RETURNING id, token`
 	floorLock    = `SELECT id, last_seq FROM reprise_run WHERE id = ANY($1) FOR NO KEY UPDATE`
 
 	// floorHead advances the heads of the runs whose tokens still hold,
-	// ending them with status 'completed', and appends their events ($3).
-	// $5 is the run-row shape's leased steps. Its final statement is
-	// appended: a task write reading the runs updated (r), or nothing.
+	// setting their status ($4, 'completed' at the end) and the run-row
+	// shape's leased steps ($5), as r; floorEvents then appends the events
+	// ($3) of the runs in r.
 	floorHead = `WITH w AS (SELECT * FROM unnest($1::text[], $2::bigint[]) AS w(id, token)),
 r AS (UPDATE reprise_run r SET last_seq = r.last_seq + 1, status = $4, steps = $5,
              owner = CASE WHEN $4 = 'completed' THEN '' ELSE r.owner END, updated_at = now()
@@ -90,6 +90,8 @@ FROM reprise_task t JOIN r ON t.run_id = r.id AND t.execution = 1 AND t.position
 RETURNING t.run_id`
 )
 
+// benchmarkFloor runs b.N runs failing twice through the writes of shape,
+// on conns connections each taking batch runs at a time.
 func benchmarkFloor(b *testing.B, dsn, shape string, conns, batch int) {
 	c := newCluster(b, dsn)
 	ctx := context.Background()
