@@ -47,7 +47,7 @@ func isPostgresURL(db string) bool {
 func openPostgres(ctx context.Context, dsn string, opts postgres.Options) (reprise.Store, error) {
 	schema, err := dsnSchema(dsn)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--db: %w", err)
 	}
 	opts.Schema = schema
 	s, err := postgres.Open(ctx, dsn, &opts)
@@ -64,11 +64,11 @@ func openPostgres(ctx context.Context, dsn string, opts postgres.Options) (repri
 func dsnSchema(dsn string) (string, error) {
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
-		return "", fmt.Errorf("--db: %w", err)
+		return "", err
 	}
 	path := strings.TrimSpace(cfg.RuntimeParams["search_path"])
 	if strings.Contains(path, ",") {
-		return "", fmt.Errorf("--db: search_path %q names several schemas; reprise keeps its tables in one", path)
+		return "", fmt.Errorf("search_path %q names several schemas; reprise keeps its tables in one", path)
 	}
 	return strings.Trim(path, `"`), nil
 }
