@@ -31,6 +31,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) reprise.Sto
 	t.Run("RunRenew", func(t *testing.T) { t.Parallel(); testRunRenew(t, open) })
 	t.Run("RunAdvance", func(t *testing.T) { t.Parallel(); testRunAdvance(t, open) })
 	t.Run("RunAdvanceLease", func(t *testing.T) { t.Parallel(); testRunAdvanceLease(t, open) })
+	t.Run("LeasedAsScheduled", func(t *testing.T) { t.Parallel(); testLeasedAsScheduled(t, open) })
 	t.Run("RunAdvanceCompleted", func(t *testing.T) { t.Parallel(); testRunAdvanceCompleted(t, open) })
 	t.Run("RunAdvanceFeatures", func(t *testing.T) { t.Parallel(); testRunAdvanceFeatures(t, open) })
 	t.Run("ChildRuns", func(t *testing.T) { t.Parallel(); testChildren(t, open) })
