@@ -26,17 +26,6 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 		}
 		return lease, adv.Tasks[0]
 	}
-	heartbeat := func(f *fixture, task *reprise.Task) (time.Time, error) {
-		return f.store.TaskHeartbeat(f.t.Context(), &reprise.TaskHeartbeatParams{TaskID: task.ID, Token: task.Token, LeaseTTL: minute})
-	}
-	expired := func(f *fixture) []*reprise.Task {
-		f.t.Helper()
-		tasks, err := f.store.TaskListExpired(f.t.Context(), &reprise.TaskListExpiredParams{})
-		if err != nil {
-			f.t.Fatalf("TaskListExpired: %v", err)
-		}
-		return tasks
-	}
 
 	t.Run("HeartbeatsKeepItAndStaleTokensAreLost", func(t *testing.T) {
 		t.Parallel()
@@ -44,14 +33,14 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 
 		_, task := scheduleLeased(f, "run-1", newStep(1, "charge"), minute)
 		f.clock.Advance(50 * time.Second)
-		until, err := heartbeat(f, task)
+		until, err := f.heartbeat(task, minute)
 		if err != nil {
 			t.Fatalf("TaskHeartbeat: %v", err)
 		}
 		requireTime(t, "lease", until, f.now().Add(minute))
 		stale := *task
 		stale.Token++
-		_, err = heartbeat(f, &stale)
+		_, err = f.heartbeat(&stale, minute)
 		requireErr(t, err, reprise.ErrLeaseLost)
 		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
 			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: stale.ID, Token: stale.Token})
@@ -60,7 +49,7 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 
 		// Past the first lease, the attempt still holds its step.
 		f.clock.Advance(20 * time.Second)
-		if got := expired(f); len(got) != 0 {
+		if got := f.expired(0); len(got) != 0 {
 			t.Fatalf("TaskListExpired = %d tasks, want none", len(got))
 		}
 		if got, err := f.store.TaskGet(t.Context(), task.ID); err != nil || !got.LeaseUntil.Equal(until) {
@@ -77,15 +66,15 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 
 		lease, task := scheduleLeased(f, "run-1", newStep(1, "charge"), minute)
 		f.clock.Advance(minute - time.Microsecond)
-		if got := expired(f); len(got) != 0 {
+		if got := f.expired(0); len(got) != 0 {
 			t.Fatalf("TaskListExpired before the lapse = %d tasks", len(got))
 		}
 		f.clock.Advance(time.Microsecond)
-		got := expired(f)
+		got := f.expired(0)
 		if len(got) != 1 || got[0].ID != task.ID || got[0].Token != task.Token || got[0].Attempt != 1 {
 			t.Fatalf("TaskListExpired = %+v, want the leased step's attempt 1", got)
 		}
-		_, err := heartbeat(f, task)
+		_, err := f.heartbeat(task, minute)
 		requireErr(t, err, reprise.ErrLeaseLost)
 		reap := retryParams(got[0], 0)
 		reap.Expired = true
@@ -147,7 +136,7 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 		if claimed := f.runClaim(engine2, 10); len(claimed) != 1 {
 			t.Fatalf("RunClaim = %v, want run-1", leaseIDs(claimed))
 		}
-		got := expired(f)
+		got := f.expired(0)
 		if len(got) != 1 || got[0].ID != task.ID {
 			t.Fatalf("TaskListExpired = %+v, want the dead owner's step", got)
 		}

@@ -329,13 +329,25 @@ func normTask(t *reprise.Task) reprise.Task {
 	return n
 }
 
-func testTaskHeartbeat(t *testing.T, open Open) {
-	heartbeat := func(f *fixture, task *reprise.Task, ttl time.Duration) (time.Time, error) {
-		return f.store.TaskHeartbeat(f.t.Context(), &reprise.TaskHeartbeatParams{
-			TaskID: task.ID, Token: task.Token, LeaseTTL: ttl,
-		})
-	}
+// heartbeat extends the task's lease by ttl.
+func (f *fixture) heartbeat(task *reprise.Task, ttl time.Duration) (time.Time, error) {
+	return f.store.TaskHeartbeat(f.t.Context(), &reprise.TaskHeartbeatParams{
+		TaskID: task.ID, Token: task.Token, LeaseTTL: ttl,
+	})
+}
 
+// expired lists up to limit tasks whose lease has lapsed (zero: the
+// store's default).
+func (f *fixture) expired(limit int) []*reprise.Task {
+	f.t.Helper()
+	tasks, err := f.store.TaskListExpired(f.t.Context(), &reprise.TaskListExpiredParams{Limit: limit})
+	if err != nil {
+		f.t.Fatalf("TaskListExpired: %v", err)
+	}
+	return tasks
+}
+
+func testTaskHeartbeat(t *testing.T, open Open) {
 	t.Run("ExtendsLease", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
@@ -343,7 +355,7 @@ func testTaskHeartbeat(t *testing.T, open Open) {
 		f.schedule("run-1", newStep(1, "charge"))
 		task := f.claimOne("charge")
 		f.clock.Advance(50 * time.Second)
-		until, err := heartbeat(f, task, minute)
+		until, err := f.heartbeat(task, minute)
 		if err != nil {
 			t.Fatalf("TaskHeartbeat: %v", err)
 		}
@@ -366,13 +378,13 @@ func testTaskHeartbeat(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		task := f.claimOne("charge")
 		f.clock.Advance(50 * time.Second)
-		until, err := heartbeat(f, task, minute)
+		until, err := f.heartbeat(task, minute)
 		if err != nil {
 			t.Fatalf("TaskHeartbeat: %v", err)
 		}
 		requireTime(t, "lease", until, task.StartedAt.Add(90*time.Second))
 		f.clock.Advance(40 * time.Second) // at the timeout: lapsed
-		_, err = heartbeat(f, task, minute)
+		_, err = f.heartbeat(task, minute)
 		requireErr(t, err, reprise.ErrLeaseLost)
 	})
 
@@ -384,16 +396,16 @@ func testTaskHeartbeat(t *testing.T, open Open) {
 		task := f.claimOne("charge")
 		stale := *task
 		stale.Token++
-		_, err := heartbeat(f, &stale, minute)
+		_, err := f.heartbeat(&stale, minute)
 		requireErr(t, err, reprise.ErrLeaseLost)
 
 		f.clock.Advance(minute) // now == LeaseUntil: lapsed
-		_, err = heartbeat(f, task, minute)
+		_, err = f.heartbeat(task, minute)
 		requireErr(t, err, reprise.ErrLeaseLost)
 
 		ship := f.claimOne("ship")
 		f.complete(ship)
-		_, err = heartbeat(f, ship, minute)
+		_, err = f.heartbeat(ship, minute)
 		requireErr(t, err, reprise.ErrLeaseLost)
 	})
 }
@@ -764,15 +776,6 @@ func testTaskFail(t *testing.T, open Open) {
 }
 
 func testTaskListExpired(t *testing.T, open Open) {
-	expired := func(f *fixture, limit int) []*reprise.Task {
-		f.t.Helper()
-		tasks, err := f.store.TaskListExpired(f.t.Context(), &reprise.TaskListExpiredParams{Limit: limit})
-		if err != nil {
-			f.t.Fatalf("TaskListExpired: %v", err)
-		}
-		return tasks
-	}
-
 	t.Run("ListsLapsedLeasesOnly", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
@@ -782,11 +785,11 @@ func testTaskListExpired(t *testing.T, open Open) {
 		f.claim(worker, "ship", 1, 2*minute)
 		// email stays unleased.
 		f.clock.Advance(minute - time.Microsecond)
-		if got := expired(f, 10); len(got) != 0 {
+		if got := f.expired(10); len(got) != 0 {
 			t.Fatalf("listed %d tasks before any lease lapsed", len(got))
 		}
 		f.clock.Advance(time.Microsecond)
-		got := expired(f, 10)
+		got := f.expired(10)
 		if len(got) != 1 || got[0].ID != charge.ID {
 			t.Fatalf("listed %+v, want the charge task", got)
 		}
@@ -808,13 +811,13 @@ func testTaskListExpired(t *testing.T, open Open) {
 		f.schedule("run-1", steps...)
 		f.claim(worker, "charge", 200, minute)
 		f.clock.Advance(minute)
-		if got := len(expired(f, 0)); got != 100 {
+		if got := len(f.expired(0)); got != 100 {
 			t.Fatalf("Limit 0 listed %d tasks, want 100", got)
 		}
-		if got := len(expired(f, 5)); got != 5 {
+		if got := len(f.expired(5)); got != 5 {
 			t.Fatalf("Limit 5 listed %d tasks, want 5", got)
 		}
-		if got := len(expired(f, 200)); got != 102 {
+		if got := len(f.expired(200)); got != 102 {
 			t.Fatalf("Limit 200 listed %d tasks, want 102", got)
 		}
 	})
