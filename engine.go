@@ -28,8 +28,10 @@ type Config struct {
 	Clock Clock
 	// Logger receives the engine's logs. Default: none.
 	Logger *slog.Logger
-	// WorkerID names this engine in leases and history.
-	// Default: hostname-pid-random.
+	// WorkerID names this engine in leases and history. One live engine
+	// at a time may use an id: Run refuses a second (ErrEngineLive). An
+	// engine restarted under the id of a dead one takes back, at once,
+	// what that one held. Default: hostname-pid-random.
 	WorkerID string
 	// DefaultPolicy is the policy of a step called without one whose name
 	// matches no entry of Policies. Default: retry.Default (3 attempts,
@@ -48,15 +50,24 @@ type Config struct {
 	// worker that dies is noticed this long after. Default: 30 s.
 	LeaseTTL time.Duration
 	// RunLeaseTTL is how long this engine holds a run it executes between
-	// renewals; a crashed engine's runs are taken over this long after.
-	// Default: 30 s.
+	// renewals. A crashed engine's runs are taken over as soon as another
+	// engine sees it gone (within PollInterval), and at the latest this
+	// long after. Default: 30 s.
 	RunLeaseTTL time.Duration
 	// ShutdownGrace is how long running attempts may finish after Run's
 	// context ends before they are cancelled. Default: 10 s.
 	ShutdownGrace time.Duration
 	// PollInterval is how often the engine looks for work it was not told
-	// about (runs started by other processes). Default: 1 s.
+	// about (runs started by other processes) and for engines that died
+	// without stopping. Default: 1 s.
 	PollInterval time.Duration
+	// UnclaimedAfter is how long a step may stay ready without any engine
+	// or pull worker claiming it before the engine says so: it logs the
+	// step once at warn level (run_id, step, since, why), and RunWaiting
+	// (GET /v1/runs/{id}, reprise show) reports the run as waiting for
+	// it, saying whether any step of that name is registered here.
+	// Default: 30 s; negative: never.
+	UnclaimedAfter time.Duration
 	// PoisonAfter is how many leases of one step may lapse in a row,
 	// without any result, before the step fails as Poison instead of
 	// being offered again: its workers keep dying. Default: 5; negative
@@ -98,6 +109,13 @@ type Engine struct {
 	reserved   int
 	reservedBy map[string]int
 	running    bool
+	starting   bool
+	// startedAt is when Run recorded this engine as live; gone names the
+	// engines found dead, suspects those found so once (takeover.go;
+	// suspects is the claimRuns loop's alone).
+	startedAt time.Time
+	gone      map[string]bool
+	suspects  map[string]bool
 
 	// runCtx is the parent of runner contexts, storeCtx of store calls that
 	// must finish even while stopping; both are set by Run.
@@ -154,6 +172,7 @@ func New(cfg Config) (*Engine, error) {
 	cfg.RunLeaseTTL = cmp.Or(cfg.RunLeaseTTL, 30*time.Second)
 	cfg.ShutdownGrace = cmp.Or(cfg.ShutdownGrace, 10*time.Second)
 	cfg.PollInterval = cmp.Or(cfg.PollInterval, time.Second)
+	cfg.UnclaimedAfter = cmp.Or(cfg.UnclaimedAfter, 30*time.Second)
 	if cfg.MaxConcurrentSteps < 0 {
 		errs = append(errs, fmt.Errorf("config: MaxConcurrentSteps %d is negative", cfg.MaxConcurrentSteps))
 	}
@@ -175,6 +194,7 @@ func New(cfg Config) (*Engine, error) {
 		goroutines: newGopool(time.Second),
 		perStep:    make(map[string]int),
 		reservedBy: make(map[string]int),
+		gone:       make(map[string]bool),
 		kickc:      make(chan struct{}, 1),
 		claimc:     make(chan struct{}, 1),
 	}
@@ -216,35 +236,54 @@ type Definition interface {
 }
 
 // Register makes workflows and steps known to the engine by name. A name
-// registered again replaces the earlier definition for calls made after.
+// registered again, by a later call, replaces the earlier definition for
+// calls made after. Register is all or nothing: if any definition is
+// invalid, or two of them are a workflow or a step of the same name, it
+// registers none and says which.
 func (e *Engine) Register(defs ...Definition) error {
 	var errs []error
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, d := range defs {
+	entries := make([]any, 0, len(defs))
+	seen := make(map[string]int) // "workflow NAME" or "step NAME" → index
+	for i, d := range defs {
 		ent, err := d.entry()
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("register definition %d: %w", i+1, err))
 			continue
 		}
+		var key string
 		switch ent := ent.(type) {
 		case *workflowEntry:
-			if ent.name == "" {
-				errs = append(errs, errors.New("register: workflow name is empty"))
-				continue
-			}
+			key = fmt.Sprintf("workflow %q", ent.name)
+		case *stepEntry:
+			key = fmt.Sprintf("step %q", ent.name)
+		}
+		if strings.HasSuffix(key, `""`) {
+			errs = append(errs, fmt.Errorf("register definition %d: %s name is empty", i+1, strings.Fields(key)[0]))
+			continue
+		}
+		if j, dup := seen[key]; dup {
+			errs = append(errs, fmt.Errorf("register: %s is given twice, as definitions %d and %d", key, j+1, i+1))
+			continue
+		}
+		seen[key] = i
+		entries = append(entries, ent)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, ent := range entries {
+		switch ent := ent.(type) {
+		case *workflowEntry:
 			e.workflows[ent.name] = ent
 		case *stepEntry:
-			if ent.name == "" {
-				errs = append(errs, errors.New("register: step name is empty"))
-				continue
-			}
 			e.steps[ent.name] = ent
 			delete(e.remote, ent.name)
 		}
 	}
 	e.kick()
-	return errors.Join(errs...)
+	return nil
 }
 
 // policyFor returns the default policy of a step called without one.
@@ -515,9 +554,20 @@ func (e *Engine) wakeWaiters(id string, run *Run) {
 // the next engine.
 func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
-	if e.running {
+	if e.running || e.starting {
 		e.mu.Unlock()
 		return errors.New("engine is already running")
+	}
+	e.starting = true
+	e.mu.Unlock()
+	// Nothing is leased to this engine before it has released what its
+	// dead incarnation held under the same id.
+	err := e.identify(context.WithoutCancel(ctx))
+	e.mu.Lock()
+	e.starting = false
+	if err != nil {
+		e.mu.Unlock()
+		return err
 	}
 	e.running = true
 	e.storeCtx = context.WithoutCancel(ctx)
@@ -528,6 +578,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	var loops sync.WaitGroup
 	loops.Go(func() { e.dispatch(ctx) })
 	loops.Go(func() { e.claimRuns(ctx) })
+	loops.Go(func() { e.watchWaiting(ctx) })
 	if n, ok := e.store.(Notifier); ok {
 		loops.Go(func() {
 			if err := n.Listen(ctx, e.notice); err != nil && ctx.Err() == nil {
@@ -560,6 +611,9 @@ func (e *Engine) Run(ctx context.Context) error {
 	}
 	grace.Stop()
 	e.stopWork(ErrShutdown)
+	if err := e.store.EngineStop(e.storeCtx, e.id); err != nil {
+		e.log.Warn("stop engine", "err", err)
+	}
 	return nil
 }
 
@@ -568,6 +622,7 @@ func (e *Engine) Run(ctx context.Context) error {
 func (e *Engine) claimRuns(ctx context.Context) {
 	renewEvery := e.cfg.RunLeaseTTL / 3
 	lastRenew := e.clock.Now()
+	var lastLook time.Time // for gone engines
 	t := e.clock.NewTimer(0)
 	defer t.Stop()
 	for {
@@ -583,6 +638,10 @@ func (e *Engine) claimRuns(ctx context.Context) {
 				e.log.Warn("renew run leases", "err", err)
 			}
 			lastRenew = now
+		}
+		if now := e.clock.Now(); now.Sub(lastLook) >= e.cfg.PollInterval {
+			e.takeOver(ctx)
+			lastLook = now
 		}
 		e.claimRunsOnce(ctx)
 		if _, ok := e.store.(Notifier); ok {

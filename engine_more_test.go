@@ -181,8 +181,9 @@ func TestShutdownGraceThenRetryAfterRestart(t *testing.T) {
 			failed = &ev
 		}
 	}
-	if failed == nil || failed.Error.Type != reprise.TypeTimeout || failed.RetryAt.IsZero() {
-		t.Fatalf("the lapsed lease was recorded as %+v, want a Timeout and a retry", failed)
+	// The step has no timeout: its worker went away.
+	if failed == nil || failed.Error.Type != reprise.TypeWorkerLost || failed.RetryAt.IsZero() {
+		t.Fatalf("the lapsed lease was recorded as %+v, want WorkerLost and a retry", failed)
 	}
 }
 

@@ -251,5 +251,5 @@ func ExampleConfig_poisonAfter() {
 	events, _ := e.History(ctx, h.ID)
 	last := events[len(events)-2] // StepFailed, before RunFailed
 	fmt.Println(re.Type, last.Type, last.Error.Type, last.Attempt)
-	// Output: StepError StepFailed Poison 2
+	// Output: Poison StepFailed Poison 2
 }

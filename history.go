@@ -105,7 +105,9 @@ type Event struct {
 	Reason string `json:"reason,omitempty"`
 	// FireAt is when a timer fires (TimerScheduled).
 	FireAt time.Time `json:"fire_at,omitzero"`
-	// Version is the version a VersionMarker records.
+	// Version is the version a VersionMarker records, or the version of
+	// the stored step definition a StepScheduled's step was scheduled
+	// under (0 for none).
 	Version int `json:"version,omitempty"`
 	// Child is the id of a child run (ChildStarted, ChildCompleted,
 	// ChildFailed).
@@ -116,6 +118,16 @@ type Event struct {
 type ErrorInfo struct {
 	Type    string `json:"type"`
 	Message string `json:"message"`
+	// Step, Position, Attempts and Reason are set on the error of a run
+	// that failed because a step failed for good (see StepError), and so
+	// on its RunFailed and on a parent's ChildFailed: the step's name and
+	// position, how many attempts it made and why it stopped (exhausted,
+	// permanent, not_covered, deadline). Type and Message are then the
+	// step's last error.
+	Step     string `json:"step,omitempty"`
+	Position int    `json:"position,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+	Reason   string `json:"reason,omitempty"`
 	// Stack is kept for panics.
 	Stack string `json:"stack,omitempty"`
 }
@@ -180,6 +192,10 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 func (ei *ErrorInfo) appendJSON(b []byte) []byte {
 	b = appendString(append(b, `{"type":`...), ei.Type)
 	b = appendString(append(b, `,"message":`...), ei.Message)
+	b = appendField(b, `,"step":`, ei.Step)
+	b = appendInt(b, `,"position":`, ei.Position)
+	b = appendInt(b, `,"attempts":`, ei.Attempts)
+	b = appendField(b, `,"reason":`, ei.Reason)
 	b = appendField(b, `,"stack":`, ei.Stack)
 	return append(b, '}')
 }

@@ -49,6 +49,8 @@ func TestEventAppendJSON(t *testing.T) {
 		{Seq: 8, Type: EventStepCompleted, At: at, Output: json.RawMessage(`[1,2.5e10,null,true,"\u00e9"]`)},
 		{Seq: 9, Type: EventVersionMarker, At: at, Version: -1, Child: "c1"},
 		{Seq: 10, Type: EventAttemptFailed, At: at, Delay: 1<<63 - 1, RetryAt: at},
+		{Seq: 11, Type: EventRunFailed, At: at, Error: &ErrorInfo{Type: "CardDeclined", Message: "no funds",
+			Step: odd, Position: 2, Attempts: 3, Reason: "exhausted"}},
 	}
 	for _, e := range events {
 		want, err := json.Marshal(struct {

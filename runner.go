@@ -370,7 +370,7 @@ func (r *runner) execute() (finish *RunFinish, exit *runExit) {
 		return &RunFinish{ContinueAsNew: true, Input: can.input}, nil
 	}
 	if err != nil {
-		return &RunFinish{Status: RunFailed, Error: errorInfo(err)}, nil
+		return &RunFinish{Status: RunFailed, Error: runErrorInfo(err)}, nil
 	}
 	return &RunFinish{Status: RunCompleted, Output: out}, nil
 }
@@ -397,10 +397,7 @@ func (r *runner) scheduleStep(name string, input json.RawMessage, opts []StepOpt
 	if err != nil {
 		return &future{pos: pos, done: true, err: fmt.Errorf("step %s: %w", name, err)}
 	}
-	pol := cfg.policy
-	if pol == nil {
-		pol = r.e.policyFor(name)
-	}
+	pol, version := r.e.stepDefaults(r.ctx, name, cfg.policy)
 	key := cfg.key
 	if key == "" {
 		key = defaultKey(r.id, r.execution, pos, name, input)
@@ -409,7 +406,7 @@ func (r *runner) scheduleStep(name string, input json.RawMessage, opts []StepOpt
 	r.cmds[pos] = &command{kind: cmdStep, name: name, fut: fut}
 	r.steps = append(r.steps, StepSpec{
 		Position: pos, Name: name, Input: input, IdempotencyKey: key,
-		PolicyText: pol.text, Policy: pol.json, Timeout: pol.policy.Timeout,
+		PolicyText: pol.text, Policy: pol.json, Timeout: pol.policy.Timeout, StepVersion: version,
 	})
 	return fut
 }
@@ -818,7 +815,8 @@ func (r *runner) apply(events []Event) {
 			if ev.Error != nil {
 				info = *ev.Error
 			}
-			r.resolve(ev, nil, &ChildError{RunID: ev.Child, Status: RunStatus(ev.Reason), Type: info.Type, Message: info.Message})
+			r.resolve(ev, nil, &ChildError{RunID: ev.Child, Status: RunStatus(ev.Reason), Type: info.Type, Message: info.Message,
+				StepError: stepError(&info)})
 		case EventRunRedriven:
 			// The failed step gets new attempts: its outcome is open again.
 			if c, ok := r.cmds[ev.Position]; ok {

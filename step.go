@@ -73,6 +73,9 @@ type stepEntry struct {
 	name string
 	cfg  stepConfig
 	run  func(ctx context.Context, input json.RawMessage, memo *inputMemo) (json.RawMessage, error)
+	// stored is set for a step registered from a stored definition
+	// (RegisterStepDefinition).
+	stored *storedStep
 }
 
 // An inputMemo keeps a step's input as the first failed attempt of a chain
@@ -248,6 +251,10 @@ type StepInfo struct {
 	IdempotencyKey string
 	// Deadline is when the attempt times out; zero for no timeout.
 	Deadline time.Time
+	// StepVersion is the version of the stored step definition the step
+	// was scheduled under (see RegisterStepDefinition); 0 for a step
+	// without one.
+	StepVersion int
 }
 
 type stepInfoKey struct{}

@@ -21,6 +21,8 @@ var (
 	ErrSchemaTooNew = errors.New("database schema is newer than this binary")
 	// ErrNotRedrivable: the run did not fail because a step failed.
 	ErrNotRedrivable = errors.New("run cannot be redriven")
+	// ErrEngineLive: a live engine already runs under that worker id.
+	ErrEngineLive = errors.New("a live engine already runs under this worker id")
 )
 
 // RunStatus is where a run is in its life.
@@ -62,6 +64,10 @@ type Run struct {
 	ParentID  string    `json:"parent_id,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Waiting is the step the run waits for that no worker has claimed
+	// for long, when the read looked (Engine.RunWaiting; GET
+	// /v1/runs/{id} and reprise show do). Stores leave it nil.
+	Waiting *Waiting `json:"waiting,omitempty"`
 }
 
 // A Task is a step's row in the durable queue: one per step, not per
@@ -83,6 +89,9 @@ type Task struct {
 	Attempt int
 	// Token fences this attempt: writes with another token are rejected.
 	Token int64
+	// Owner holds the lease: an engine's worker id, or a pull worker's
+	// name; empty while the task is ready.
+	Owner string
 	// LeaseUntil is when the lease lapses unless renewed.
 	LeaseUntil time.Time
 	// StartedAt is when this attempt was claimed.
@@ -95,6 +104,8 @@ type Task struct {
 	// Lapses counts the leases in a row that lapsed without a result
 	// (TaskFail with Expired); any other result resets it.
 	Lapses int
+	// StepVersion is StepSpec.StepVersion, as scheduled.
+	StepVersion int
 }
 
 // Store is the durable state of the engine: runs, their histories, the task
@@ -163,12 +174,38 @@ type Store interface {
 	TaskFail(ctx context.Context, p *TaskFailParams) (*Outcome, error)
 	// TaskListExpired returns leased tasks whose lease has lapsed.
 	TaskListExpired(ctx context.Context, p *TaskListExpiredParams) ([]*Task, error)
+	// TaskListWaiting returns the tasks that wait for a worker: ready, no
+	// one holding them, for at least p.ReadyFor, oldest ready first (ties
+	// by id). A read, for reports; the claim path does not use it.
+	TaskListWaiting(ctx context.Context, p *TaskListWaitingParams) ([]WaitingTask, error)
+	// TaskRelease cuts the leases of the tasks leased to an engine that
+	// is gone to lapse now, so that the reaper fails their attempts at
+	// once (as lost, not timed out) rather than when they would lapse. It
+	// returns how many it cut.
+	TaskRelease(ctx context.Context, p *TaskReleaseParams) (int, error)
+
+	// EngineStart records that an engine runs under p.ID from now on,
+	// for as long as this store stays open or until EngineStop. If a
+	// live engine holds that id already (in this process or, for a
+	// shared database, in another), it gives ErrEngineLive and changes
+	// nothing. An id recorded by an engine that is gone (it crashed) is
+	// taken over: the caller then releases what that engine held.
+	EngineStart(ctx context.Context, p *EngineStartParams) error
+	// EngineStop forgets an engine: a clean stop, or one that EngineGone
+	// listed once its work is released.
+	EngineStop(ctx context.Context, id string) error
+	// EngineGone lists the engines recorded by EngineStart that are no
+	// longer live: their process died without EngineStop.
+	EngineGone(ctx context.Context) ([]string, error)
 
 	// TimerFire fires due timers: appends TimerFired for each.
 	TimerFire(ctx context.Context, p *TimerFireParams) ([]*Outcome, error)
 	// NextWake returns when something next becomes due: the earliest ready
 	// time of a task of the given step names, lease expiry and timer.
 	NextWake(ctx context.Context, p *NextWakeParams) (Wake, error)
+
+	// StepDefStore keeps the steps defined as data (stepdef.go).
+	StepDefStore
 
 	Close() error
 }
@@ -314,6 +351,10 @@ type StepSpec struct {
 	// Policy is the JSON-encoded retry.Policy, for deciding on failures.
 	Policy  json.RawMessage
 	Timeout time.Duration
+	// StepVersion is the version of the stored step definition the step
+	// is scheduled under (StepDefStore), 0 for none. The task keeps it, a
+	// redrive too, and StepScheduled records it as Version.
+	StepVersion int
 	// Lease leases the new task to RunAdvanceParams.LeaseOwner at once:
 	// attempt 1 starts and AttemptStarted follows StepScheduled.
 	Lease bool
@@ -467,6 +508,40 @@ type Outcome struct {
 // TaskListExpiredParams lists lapsed leases.
 type TaskListExpiredParams struct {
 	Limit int
+}
+
+// TaskListWaitingParams lists the tasks that wait for a worker.
+type TaskListWaitingParams struct {
+	// RunID, when set, lists only that run's tasks.
+	RunID string
+	// ReadyFor lists only tasks ready since at least this long ago, by the
+	// store's clock; zero lists every task ready now.
+	ReadyFor time.Duration
+	// Limit caps the list; zero means 100.
+	Limit int
+}
+
+// A WaitingTask is a ready task that no one holds.
+type WaitingTask struct {
+	TaskID   int64
+	RunID    string
+	Position int
+	Step     string
+	// ReadyAt is since when the task has been ready: when its step was
+	// scheduled or redriven, or when its retry came due.
+	ReadyAt time.Time
+}
+
+// TaskReleaseParams releases the task leases of an engine that is gone.
+type TaskReleaseParams struct {
+	// Owner is the gone engine's worker id.
+	Owner string
+}
+
+// EngineStartParams records a live engine.
+type EngineStartParams struct {
+	// ID is the engine's worker id, the owner of its leases.
+	ID string
 }
 
 // TimerFireParams fires due timers.

@@ -518,10 +518,11 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Ta
 		return e.finishAttempt(t, nil, retry.Permanent(err), pol)
 	}
 	start := e.clock.Now()
-	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey}
-	if limit := attemptLimit(pol, t, start); limit > 0 {
+	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey,
+		StepVersion: t.StepVersion}
+	if limit, cause := attemptLimit(pol, t, start); limit > 0 {
 		info.Deadline = start.Add(limit)
-		timer := e.clock.AfterFunc(limit, func() { a.stop(e, ErrTimeout) })
+		timer := e.clock.AfterFunc(limit, func() { a.stop(e, cause) })
 		defer timer.Stop()
 	}
 	if t.LeaseUntil.Before(info.Deadline) || info.Deadline.IsZero() {
@@ -545,8 +546,10 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Ta
 	e.leaveSlot(a)
 	switch cause := context.Cause(ctx); {
 	case errors.Is(cause, ErrTimeout):
-		limit := info.Deadline.Sub(start)
-		err = retry.NewError(TypeTimeout, fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, limit))
+		err = retry.NewError(TypeTimeout, fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, t.Timeout))
+		out = nil
+	case errors.Is(cause, ErrDeadline):
+		err = retry.NewError(TypeDeadlineExceeded, fmt.Sprintf("attempt %d was cut at its step's %v deadline", t.Attempt, pol.Deadline))
 		out = nil
 	case errors.Is(cause, ErrShutdown), errors.Is(cause, ErrCancelled), errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrStepCancelled):
 		// The lease lapses (shutdown) or is already gone: nothing to record.
@@ -556,21 +559,26 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Ta
 	return e.finishAttempt(t, out, err, pol)
 }
 
-// attemptLimit is how long an attempt may run: the policy's timeout, cut
-// to what is left of the step's deadline.
-func attemptLimit(pol *policy, t *Task, now time.Time) time.Duration {
-	limit := t.Timeout
+// attemptLimit is how long an attempt may run, and the cause it is cut
+// with then: the policy's timeout (ErrTimeout), or what is left of the
+// step's deadline if that comes first (ErrDeadline).
+func attemptLimit(pol *policy, t *Task, now time.Time) (time.Duration, error) {
+	limit, cause := t.Timeout, ErrTimeout
 	if pol != nil && pol.Deadline > 0 {
-		first := t.FirstStartedAt
-		if first.IsZero() {
-			first = t.StartedAt
-		}
-		left := max(pol.Deadline-now.Sub(first), time.Millisecond)
+		left := max(pol.Deadline-now.Sub(t.firstStart()), time.Millisecond)
 		if limit == 0 || left < limit {
-			limit = left
+			limit, cause = left, ErrDeadline
 		}
 	}
-	return limit
+	return limit, cause
+}
+
+// firstStart is when the step's first attempt started.
+func (t *Task) firstStart() time.Time {
+	if t.FirstStartedAt.IsZero() {
+		return t.StartedAt
+	}
+	return t.FirstStartedAt
 }
 
 // callStep runs the step function, turning a panic into an attempt failure.
@@ -687,11 +695,7 @@ func (e *Engine) failParams(t *Task, err error, pol *policy, expired bool) *Task
 		p.Reason, p.Rule = string(retry.ReasonPermanent), RuleRetryIf
 		return p
 	}
-	first := t.FirstStartedAt
-	if first.IsZero() {
-		first = t.StartedAt
-	}
-	elapsed := e.clock.Now().Sub(first)
+	elapsed := e.clock.Now().Sub(t.firstStart())
 	d := pol.Decide(&retry.Failure{
 		Attempt:    t.Attempt - t.Base,
 		Types:      retry.TypeChain(err),
@@ -712,8 +716,13 @@ func (e *Engine) failParams(t *Task, err error, pol *policy, expired bool) *Task
 			}
 		}
 	}
-	if d.Reason == retry.ReasonDeadline {
-		p.Error.Message = fmt.Sprintf("%s (next retry in %v would pass the %v deadline)", p.Error.Message, d.Delay, pol.Deadline)
+	if p.Retry && pol.Deadline > 0 && elapsed >= pol.Deadline {
+		// No retry can start before a deadline that has passed, not even
+		// one at once.
+		d.Reason, p.Retry, p.Reason = retry.ReasonDeadline, false, string(retry.ReasonDeadline)
+	}
+	if d.Reason == retry.ReasonDeadline && p.Error.Type != TypeDeadlineExceeded {
+		p.Error.Message = fmt.Sprintf("%s (next retry in %v would pass the %v deadline)", p.Error.Message, p.Delay, pol.Deadline)
 	}
 	return p
 }
@@ -766,8 +775,9 @@ func (e *Engine) fireTimers(ctx context.Context) {
 	}
 }
 
-// reap fails attempts whose lease lapsed, as timeouts decided by their
-// policy: the worker is stuck, gone, or over its timeout.
+// reap fails attempts whose lease lapsed without a result, as their
+// policies decide: over their timeout (Timeout), or their worker gone
+// (WorkerLost; see lapseError).
 func (e *Engine) reap(ctx context.Context) {
 	tasks, err := e.store.TaskListExpired(ctx, &TaskListExpiredParams{Limit: 500})
 	if err != nil {
@@ -778,11 +788,7 @@ func (e *Engine) reap(ctx context.Context) {
 	}
 	for _, t := range tasks {
 		pol, _ := e.decodePolicy(t.Policy)
-		msg := fmt.Sprintf("attempt %d lost its lease: its worker stopped heartbeating", t.Attempt)
-		if t.Timeout > 0 && !e.clock.Now().Before(t.StartedAt.Add(t.Timeout)) {
-			msg = fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, t.Timeout)
-		}
-		p := e.failParams(t, retry.NewError(TypeTimeout, msg), pol, true)
+		p := e.failParams(t, e.lapseError(t), pol, true)
 		if n := t.Lapses + 1; e.cfg.PoisonAfter > 0 && n >= e.cfg.PoisonAfter {
 			p.Error = ErrorInfo{Type: TypePoison, Message: fmt.Sprintf(
 				"the lease of attempt %d lapsed without a result, %d times in a row: its workers keep dying", t.Attempt, n)}
@@ -799,4 +805,22 @@ func (e *Engine) reap(ctx context.Context) {
 		e.act.Add(1)
 		e.deliver(o)
 	}
+}
+
+// lapseError is the error of an attempt whose lease lapsed without a
+// result. A lease runs to the attempt's timeout at most, renewed by its
+// worker's heartbeats: one that lapsed before the timeout, or that a gone
+// engine held, lost its worker (WorkerLost: a crash, a kill, a pull worker
+// that stopped heartbeating); one that ran to the timeout with its worker
+// live timed out (Timeout).
+func (e *Engine) lapseError(t *Task) error {
+	if t.Timeout > 0 && !t.LeaseUntil.Before(t.StartedAt.Add(t.Timeout)) && !e.lostWorker(t) {
+		return retry.NewError(TypeTimeout, fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, t.Timeout))
+	}
+	who := "its worker"
+	if t.Owner != "" {
+		who = "its worker " + t.Owner
+	}
+	return retry.NewError(TypeWorkerLost, fmt.Sprintf(
+		"attempt %d lost %s: its lease lapsed without a result (the worker crashed, was killed or stopped heartbeating)", t.Attempt, who))
 }

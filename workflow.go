@@ -78,7 +78,9 @@ type Handle[O any] struct {
 
 // Result waits for the run to finish and returns its result: the output of
 // a completed run, a *RunError for a failed one, ErrCancelled for a
-// cancelled one.
+// cancelled one. A run failed by a step's StepError gives a RunError that
+// wraps it: errors.As(err, &stepErr) finds the step, its attempts and why
+// it stopped.
 func (h *Handle[O]) Result(ctx context.Context) (O, error) {
 	return Await[O](ctx, h.e, h.ID)
 }
@@ -101,7 +103,7 @@ func Await[O any](ctx context.Context, e *Engine, id string) (O, error) {
 	}
 	re := &RunError{RunID: id}
 	if run.Error != nil {
-		re.Type, re.Message = run.Error.Type, run.Error.Message
+		re.Type, re.Message, re.StepError = run.Error.Type, run.Error.Message, stepError(run.Error)
 	}
 	return out, re
 }

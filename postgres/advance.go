@@ -295,7 +295,7 @@ func (sc *scheduler) schedule() error {
 			st := it.step
 			err = a.add(h, reprise.Event{
 				Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name, Input: st.Input,
-				Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey,
+				Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey, Version: st.StepVersion,
 			})
 			if err != nil || !sc.starts {
 				break
@@ -321,7 +321,8 @@ func (sc *scheduler) schedule() error {
 				sc.leased = append(sc.leased, &reprise.Task{
 					RunID: h.id, Execution: h.execution, Position: st.Position, Step: st.Name, Input: st.Input,
 					IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
-					LeaseUntil: until, StartedAt: a.now, FirstStartedAt: a.now,
+					Owner: p.LeaseOwner, LeaseUntil: until, StartedAt: a.now, FirstStartedAt: a.now,
+					StepVersion: st.StepVersion,
 				})
 			}
 			err = a.add(h, reprise.Event{
@@ -392,6 +393,7 @@ type taskRows struct {
 	timeout                  []time.Duration
 	owner                    []string
 	leaseUntil               []*time.Time
+	version                  []int32
 
 	runs       []string // each task's run, execution and time
 	executions []int32
@@ -407,6 +409,7 @@ type taskRows struct {
 	timeout0                     [1]time.Duration
 	owner0, runs0                [1]string
 	leaseUntil0                  [1]*time.Time
+	version0                     [1]int32
 	executions0                  [1]int32
 	nows0                        [1]time.Time
 	run0                         [1]string
@@ -422,7 +425,7 @@ type taskRows struct {
 func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
 	if r.pos == nil {
 		r.pos, r.step, r.input, r.key, r.policy = r.pos0[:0], r.step0[:0], r.input0[:0], r.key0[:0], r.policy0[:0]
-		r.timeout, r.owner, r.leaseUntil = r.timeout0[:0], r.owner0[:0], r.leaseUntil0[:0]
+		r.timeout, r.owner, r.leaseUntil, r.version = r.timeout0[:0], r.owner0[:0], r.leaseUntil0[:0], r.version0[:0]
 	}
 	r.pos = append(r.pos, int32(st.Position))
 	r.step = append(r.step, &st.Name)
@@ -431,6 +434,7 @@ func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
 	r.policy = append(r.policy, jsonText(st.Policy))
 	r.timeout = append(r.timeout, st.Timeout)
 	r.owner = append(r.owner, owner)
+	r.version = append(r.version, int32(st.StepVersion))
 	if owner == "" {
 		r.leaseUntil = append(r.leaseUntil, nil)
 	} else {
@@ -465,18 +469,19 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 	qq := a.queueWith(b, []*runHead{h}, `,
 		tasks AS (
 			INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
-				owner, lease_until, attempt, token, started_at, first_started_at, ready_at, created_at)
+				owner, lease_until, attempt, token, started_at, first_started_at, ready_at, created_at, step_version)
 			SELECT run_id, execution, position, step, input::json, key, policy::json, timeout,
 				owner, lease_until, CASE WHEN owner = '' THEN 0 ELSE 1 END, CASE WHEN owner = '' THEN 0 ELSE 1 END,
-				CASE WHEN owner = '' THEN NULL ELSE now END, CASE WHEN owner = '' THEN NULL ELSE now END, now, now
+				CASE WHEN owner = '' THEN NULL ELSE now END, CASE WHEN owner = '' THEN NULL ELSE now END, now, now,
+				step_version
 			FROM unnest($11::text[], $12::int[], $13::timestamptz[], $14::int[], $15::text[], $16::text[], $17::text[],
-				$18::text[], $19::interval[], $20::text[], $21::timestamptz[])
-				AS t(run_id, execution, now, position, step, input, key, policy, timeout, owner, lease_until)
+				$18::text[], $19::interval[], $20::text[], $21::timestamptz[], $22::int[])
+				AS t(run_id, execution, now, position, step, input, key, policy, timeout, owner, lease_until, step_version)
 			RETURNING run_id, id, position),
 		run AS (`+running+`)
 		SELECT run_id, id, position FROM tasks`,
 		append(args, &r.runs, &r.executions, &r.nows, &r.pos, &r.step, &r.input, &r.key, &r.policy, &r.timeout, &r.owner,
-			&r.leaseUntil)...)
+			&r.leaseUntil, &r.version)...)
 	qq.Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		var (

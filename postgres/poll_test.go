@@ -12,10 +12,26 @@ import (
 	"reprise/reprisetest"
 )
 
-// readCounting is the store, counting history reads.
+// readCounting is the store, counting history reads. listening is closed
+// once its notice listener listens.
 type readCounting struct {
 	*postgres.Store
-	reads atomic.Int32
+	reads     atomic.Int32
+	once      sync.Once
+	listening chan struct{}
+}
+
+func countReads(s *postgres.Store) *readCounting {
+	return &readCounting{Store: s, listening: make(chan struct{})}
+}
+
+func (s *readCounting) Listen(ctx context.Context, fn func(reprise.Notice)) error {
+	return s.Store.Listen(ctx, func(n reprise.Notice) {
+		fn(n)
+		if n.Kind == reprise.NoticeResync { // it listens, and fn has done with the resync
+			s.once.Do(func() { close(s.listening) })
+		}
+	})
 }
 
 func (s *readCounting) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
@@ -30,7 +46,7 @@ func (s *readCounting) HistoryList(ctx context.Context, p *reprise.HistoryListPa
 func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testSchema(t)
-	store := &readCounting{Store: openOn(t, dsn, &postgres.Options{Schema: schema})}
+	store := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
 	running, release := make(chan struct{}), make(chan struct{})
 	var started sync.Once
 	hold := reprise.NewStep("hold", func(ctx context.Context, _ int) (int, error) {
@@ -49,7 +65,7 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 
 	// The listener, once connected, has every resident run read its
 	// history (notices may have been lost before): let it connect first.
-	time.Sleep(300 * time.Millisecond)
+	<-store.listening
 	h, err := wf.Start(ctx, e, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +88,7 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testSchema(t)
-	store := &readCounting{Store: openOn(t, dsn, &postgres.Options{Schema: schema})}
+	store := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
 	ctx := t.Context()
 	for _, id := range []string{"fresh", "signalled"} {
 		if _, _, err := store.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "probe"}); err != nil {
@@ -99,7 +115,7 @@ func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 	e := reprisetest.Run(t, reprise.Config{Store: store, PollInterval: 20 * time.Millisecond}, wf, step)
 	// The listener, once connected, has every resident run read its
 	// history: let it connect before there are any.
-	time.Sleep(300 * time.Millisecond)
+	<-store.listening
 	for _, id := range []string{"c1", "c2", "c3"} {
 		if _, _, err := store.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "counted", Input: []byte("0")}); err != nil {
 			t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -68,6 +69,11 @@ type Store struct {
 	notifier  notifier
 	reads     historyReads
 	merged    atomic.Int64 // statements sent for several transitions at once (merge.go), for tests
+
+	// engines holds the connections that hold the locks of the engines
+	// started on this store (engine.go).
+	enginesMu sync.Mutex
+	engines   map[string]*pgx.Conn
 }
 
 // Open connects to the database at dsn (a postgres:// URL or a key=value
@@ -88,6 +94,7 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		channel: channelName(o.Schema),
 		now:     o.Now,
 		log:     o.Logger,
+		engines: make(map[string]*pgx.Conn),
 	}
 	s.committer.leaders, s.committer.size = o.Writers, maxGroup
 	s.reads.leaders, s.reads.size = maxReaders, maxReads
@@ -172,6 +179,12 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 // Close sends the notices still queued and closes the store's connections.
 func (s *Store) Close() error {
 	s.notifier.wg.Wait()
+	s.enginesMu.Lock()
+	for id, conn := range s.engines {
+		s.unlockEngine(context.Background(), id, conn) // its engines die with it
+		delete(s.engines, id)
+	}
+	s.enginesMu.Unlock()
 	s.pool.Close()
 	return nil
 }

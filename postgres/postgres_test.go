@@ -270,6 +270,20 @@ func TestStore(t *testing.T) {
 	})
 }
 
+// TestEngines runs the engine liveness cases on two stores on one schema,
+// as two processes would have them.
+func TestEngines(t *testing.T) {
+	testDSN(t)
+	storetest.Engines(t, func(t *testing.T) (reprise.Store, reprise.Store) {
+		dsn, schema := testSchema(t)
+		first, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return first, openOn(t, dsn, &postgres.Options{Schema: schema})
+	})
+}
+
 // TestConnectionsEncodeArraysThemselves checks that every connection of a
 // store writes the store's arrays with its own encoder.
 func TestConnectionsEncodeArraysThemselves(t *testing.T) {

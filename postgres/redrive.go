@@ -57,8 +57,9 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 				DELETE FROM reprise_step_failed WHERE run_id = $1 AND execution = $2 AND position = $3
 				RETURNING *)
 			INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
-				attempt, base, ready_at, created_at)
-			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, $4, $4
+				attempt, base, ready_at, created_at, step_version)
+			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, $4, $4,
+				step_version
 			FROM failed`,
 			r.id, r.execution, pos, now)
 		b.Queue(`

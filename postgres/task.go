@@ -16,7 +16,7 @@ import (
 
 // taskColumns are the columns scanTask reads, in order.
 const taskColumns = `id, run_id, execution, position, step, input, idempotency_key, policy, timeout,
-	attempt, token, lease_until, started_at, first_started_at, base, lapses`
+	attempt, token, lease_until, started_at, first_started_at, base, lapses, owner, step_version`
 
 // scanTask reads taskColumns and then extra.
 func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
@@ -26,7 +26,7 @@ func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
 		lease, started, firstStarted *time.Time
 	)
 	dest := append([]any{&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey, &policy, &t.Timeout,
-		&t.Attempt, &t.Token, &lease, &started, &firstStarted, &t.Base, &t.Lapses}, extra...)
+		&t.Attempt, &t.Token, &lease, &started, &firstStarted, &t.Base, &t.Lapses, &t.Owner, &t.StepVersion}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -260,7 +260,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 		t.next = &sc.next
 		t.next.ID = id
 		dest = append(dest, &sc.input, &t.next.IdempotencyKey, &sc.policy, &t.next.Timeout, &sc.firstStarted,
-			&t.next.Base, &t.next.Lapses)
+			&t.next.Base, &t.next.Lapses, &t.next.StepVersion)
 	}
 	err = tx.QueryRow(ctx, reads[1].sql, reads[1].args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -312,8 +312,8 @@ const (
 		WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
 		FOR UPDATE`
 	readTaskSQL     = readTaskHead + ` FROM reprise_task WHERE id = $1`
-	readTaskFullSQL = readTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base, lapses
-		FROM reprise_task WHERE id = $1`
+	readTaskFullSQL = readTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base, lapses,
+		step_version FROM reprise_task WHERE id = $1`
 	readTaskHead = `
 		SELECT execution, position, step, attempt, token, owner, lease_until`
 )
@@ -426,14 +426,15 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 					DELETE FROM reprise_task t USING unnest($10::bigint[], $11::bigint[], $12::int[]) AS f(id, seq, attempt)
 					WHERE t.id = f.id
 					RETURNING t.run_id, t.execution, t.position, t.step, t.input, t.idempotency_key, t.policy,
-						t.timeout, f.attempt, f.seq)
+						t.timeout, f.attempt, f.seq, t.step_version)
 				INSERT INTO reprise_step_failed (run_id, execution, position, step, input, idempotency_key, policy,
-					timeout, attempt, seq)
-				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, seq
+					timeout, attempt, seq, step_version)
+				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, seq,
+					step_version
 				FROM failed
 				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
-					attempt = excluded.attempt, seq = excluded.seq`,
+					attempt = excluded.attempt, seq = excluded.seq, step_version = excluded.step_version`,
 				append(headsArgs(t.run), []int64{t.id}, []int64{t.run.lastSeq}, []int32{int32(t.attempt)})...))
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		}
@@ -465,7 +466,7 @@ func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (n *repris
 	}
 	kept := n.Timeout == 0 && t.owner == p.LeaseOwner && t.lease.Sub(a.now) >= ttl/2
 	inPlace = kept && !p.Expired && n.Lapses == 0
-	n.Attempt, n.Token = t.attempt+1, t.token+1
+	n.Attempt, n.Token, n.Owner = t.attempt+1, t.token+1, p.LeaseOwner
 	if inPlace {
 		n.Token = t.token
 	}

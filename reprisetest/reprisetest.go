@@ -5,6 +5,7 @@ package reprisetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -57,9 +58,11 @@ func (env *Env) start(cfg *reprise.Config, defs []reprise.Definition) {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(testWriter{env.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	// Periodic work (polls, renewals, heartbeats) would make the clock
-	// crawl from one to the next; nothing in one process needs it often.
-	for _, d := range []*time.Duration{&c.LeaseTTL, &c.RunLeaseTTL, &c.PollInterval} {
+	// Periodic work (polls, renewals, heartbeats, the watch for steps
+	// nobody claims) would make the clock crawl from one to the next;
+	// nothing in one process needs it often. Wait finds a step that
+	// nothing registered at once.
+	for _, d := range []*time.Duration{&c.LeaseTTL, &c.RunLeaseTTL, &c.PollInterval, &c.UnclaimedAfter} {
 		if *d == 0 {
 			*d = 24 * time.Hour
 		}
@@ -103,7 +106,9 @@ func (env *Env) Restart(cfg *reprise.Config, defs ...reprise.Definition) {
 
 // Wait drives the clock until run id finishes, and returns it. It fails
 // the test if the run can make no more progress or takes more than a
-// minute of real time.
+// minute of real time, and at once if the run (or a child run of it)
+// waits for a step that nothing registered with the engine: no Go step,
+// no remote step.
 func (env *Env) Wait(id string) *reprise.Run {
 	env.t.Helper()
 	run, err := env.WaitErr(id)
@@ -123,6 +128,17 @@ func (env *Env) WaitErr(id string) (*reprise.Run, error) {
 			return false, fmt.Errorf("get run %s: %w", id, err)
 		}
 		return run.Status.Final(), nil
+	}, func(idle bool) error {
+		w, err := env.waiting(id)
+		switch {
+		case err != nil || w == nil:
+			return err
+		case w.Why == reprise.WhyNotRegistered || !idle:
+			// Nothing could ever claim it; or, at the end, it is the
+			// likely reason the run did not finish.
+			return fmt.Errorf("%s waits for %s", w.who, &w.Waiting)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
@@ -130,10 +146,46 @@ func (env *Env) WaitErr(id string) (*reprise.Run, error) {
 	return run, nil
 }
 
+// runWaiting is a step a run waits for.
+type runWaiting struct {
+	reprise.Waiting
+	// who names the run: "run ID", or "its child run ID".
+	who string
+}
+
+// waiting returns the step that run id or a child run of it (whose ids
+// extend its own) has waited for longest, ready and unclaimed, if any;
+// a step that nothing registered comes first.
+func (env *Env) waiting(id string) (*runWaiting, error) {
+	tasks, err := env.Store.TaskListWaiting(context.Background(), &reprise.TaskListWaitingParams{Limit: 1000})
+	if err != nil {
+		return nil, fmt.Errorf("list waiting steps: %w", err)
+	}
+	var found *runWaiting
+	for _, t := range tasks {
+		if t.RunID != id && !strings.HasPrefix(t.RunID, id+"/") {
+			continue
+		}
+		w := &runWaiting{who: "run " + t.RunID, Waiting: reprise.Waiting{Step: t.Step, Position: t.Position, Since: t.ReadyAt,
+			Why: reprise.WhyNotClaimed}}
+		if t.RunID != id {
+			w.who = "its child run " + t.RunID
+		}
+		if !env.Engine.HasStep(t.Step) {
+			w.Why = reprise.WhyNotRegistered
+			return w, nil
+		}
+		if found == nil {
+			found = w
+		}
+	}
+	return found, nil
+}
+
 // AdvanceUntil drives the clock, as Wait does, until cond holds.
 func (env *Env) AdvanceUntil(cond func() bool) {
 	env.t.Helper()
-	if err := env.driveUntil(func() (bool, error) { return cond(), nil }); err != nil {
+	if err := env.driveUntil(func() (bool, error) { return cond(), nil }, nil); err != nil {
 		env.t.Fatal(err)
 	}
 }
@@ -142,8 +194,18 @@ func (env *Env) AdvanceUntil(cond func() bool) {
 // until done says so. Idle means: no engine goroutine working, no fired
 // timer unhandled, and no progress over a few polls; while an attempt is
 // inside step code (which may be waiting for its timeout) it waits longer
-// for the step to finish by itself.
-func (env *Env) driveUntil(done func() (bool, error)) error {
+// for the step to finish by itself. stuck, when not nil, is asked each
+// time the engine is idle (idle true), and once more when driveUntil
+// gives up (false): an error it returns ends the drive, or says why.
+func (env *Env) driveUntil(done func() (bool, error), stuck func(idle bool) error) error {
+	giveUp := func(why string) error {
+		if stuck != nil {
+			if err := stuck(false); err != nil {
+				return fmt.Errorf("%s: %w", why, err)
+			}
+		}
+		return errors.New(why)
+	}
 	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(500 * time.Microsecond)
 	defer tick.Stop()
@@ -168,6 +230,11 @@ func (env *Env) driveUntil(done func() (bool, error)) error {
 			need = 40
 		}
 		if stable >= need {
+			if stuck != nil && stable == need {
+				if err := stuck(true); err != nil {
+					return err
+				}
+			}
 			next, ok, due := env.next()
 			if due && stable >= 1000 {
 				// Due work the engine does not take (it is full of attempts
@@ -181,7 +248,7 @@ func (env *Env) driveUntil(done func() (bool, error)) error {
 			case due:
 				// Keep counting: the engine should act on it soon.
 			case !ok:
-				return fmt.Errorf("nothing is pending and the condition does not hold")
+				return giveUp("nothing is pending and the condition does not hold")
 			default:
 				env.Clock.Set(next)
 				stable = 0
@@ -189,7 +256,7 @@ func (env *Env) driveUntil(done func() (bool, error)) error {
 		}
 		<-tick.C
 	}
-	return fmt.Errorf("condition not met within a minute of real time")
+	return giveUp("condition not met within a minute of real time")
 }
 
 // next is the time to move the clock to: the earliest of the clock's timers

@@ -257,7 +257,7 @@ func planAdvance(p *reprise.RunAdvanceParams) ([]planned, error) {
 		}
 		plan = append(plan, planned{step: st, event: reprise.Event{
 			Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name,
-			Input: st.Input, Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey,
+			Input: st.Input, Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey, Version: st.StepVersion,
 		}})
 	}
 	for i := range p.Timers {
@@ -300,10 +300,11 @@ func planAdvance(p *reprise.RunAdvanceParams) ([]planned, error) {
 func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, execution int) (*reprise.Task, error) {
 	if !st.Lease {
 		_, err := tx.exec(`
-			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at,
+				step_version)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
-			int64(st.Timeout), tx.nanos)
+			int64(st.Timeout), tx.nanos, st.StepVersion)
 		if err != nil {
 			return nil, fmt.Errorf("schedule step %d: %w", st.Position, err)
 		}
@@ -316,15 +317,16 @@ func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, e
 	t := &reprise.Task{
 		RunID: p.RunID, Execution: execution, Position: st.Position, Step: st.Name, Input: st.Input,
 		IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
-		LeaseUntil: tx.now.Add(lease), StartedAt: tx.now, FirstStartedAt: tx.now,
+		Owner: p.LeaseOwner, LeaseUntil: tx.now.Add(lease), StartedAt: tx.now, FirstStartedAt: tx.now,
+		StepVersion: st.StepVersion,
 	}
 	var err error
 	t.ID, err = tx.insert(`
 		INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at,
-			attempt, token, owner, started_at, first_started_at, lease_until)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?)`,
+			attempt, token, owner, started_at, first_started_at, lease_until, step_version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?)`,
 		p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
-		int64(st.Timeout), tx.nanos, p.LeaseOwner, tx.nanos, tx.nanos, t.LeaseUntil.UnixNano())
+		int64(st.Timeout), tx.nanos, p.LeaseOwner, tx.nanos, tx.nanos, t.LeaseUntil.UnixNano(), st.StepVersion)
 	if err != nil {
 		return nil, fmt.Errorf("schedule step %d: %w", st.Position, err)
 	}

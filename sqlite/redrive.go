@@ -39,8 +39,9 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 		}
 		n, err := tx.exec(`
 			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout,
-				attempt, base, ready_at)
-			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, ?
+				attempt, base, ready_at, step_version)
+			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, ?,
+				step_version
 			FROM failed_steps WHERE run_id = ? AND execution = ? AND position = ?`,
 			tx.nanos, p.ID, execution, failed.Position)
 		if err != nil {

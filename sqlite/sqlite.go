@@ -46,6 +46,16 @@ type Options struct {
 	// ReadConns caps the pool of read-only connections.
 	// Default: the number of CPUs, at least 2.
 	ReadConns int
+	// Exclusive makes Open take an advisory lock, on the file PATH.lock
+	// beside the database, that no other process can take until Close:
+	// another process's Open with Exclusive fails with ErrLocked. Two
+	// processes running engines on one file are not safe, so a process
+	// that runs an engine sets it (reprise server does); a process that
+	// only reads beside it leaves it unset. Stores of one process share
+	// the lock. The kernel releases it when the process ends, however it
+	// ends. Taken on Linux, macOS, the BSDs and Windows; ignored for
+	// ":memory:". Default: false.
+	Exclusive bool
 }
 
 // Store is a reprise.Store on SQLite.
@@ -57,6 +67,7 @@ type Store struct {
 	commit  *committer    // runs every write on the one write connection
 	readers *pool         // nil for ":memory:": reads then go through commit
 	ckpt    *checkpointer // nil for ":memory:"
+	lock    *fileLock     // nil unless Options.Exclusive
 }
 
 // Open opens the database at path, creating it if needed, and migrates it
@@ -77,6 +88,11 @@ func Open(path string, opts *Options) (*Store, error) {
 	s := &Store{path: path, now: o.Now, logger: o.Logger}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Exclusive && path != ":memory:" {
+		if s.lock, err = lockExclusive(path); err != nil {
+			return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
+		}
 	}
 	if err := s.open(o); err != nil {
 		s.Close()
@@ -154,6 +170,7 @@ func (s *Store) open(o Options) error {
 // Close waits for the writes under way, then closes the database. Calls
 // after Close fail; reads must not be under way.
 func (s *Store) Close() error {
+	s.forget("") // its engines die with it
 	var errs []error
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.close())
@@ -164,6 +181,10 @@ func (s *Store) Close() error {
 	}
 	if s.readers != nil {
 		errs = append(errs, s.readers.close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.release())
+		s.lock = nil
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("close sqlite store: %w", err)

@@ -39,3 +39,15 @@ func open(t *testing.T, path string, now func() time.Time) *sqlite.Store {
 	})
 	return s
 }
+
+func TestEngines(t *testing.T) {
+	t.Parallel()
+	storetest.Engines(t, func(t *testing.T) (reprise.Store, reprise.Store) {
+		path := filepath.Join(t.TempDir(), "reprise.db")
+		first, err := sqlite.Open(path, &sqlite.Options{Synchronous: "OFF"})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return first, open(t, path, nil)
+	})
+}

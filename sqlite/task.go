@@ -14,7 +14,7 @@ import (
 
 // taskColumns are the columns scanTask reads.
 const taskColumns = `id, run_id, execution, position, step, input, idempotency_key, policy, timeout,
-	attempt, token, lease_until, started_at, first_started_at, base, lapses`
+	attempt, token, lease_until, started_at, first_started_at, base, lapses, owner, step_version`
 
 // scanTask reads a task, and into extra the columns a query selects after
 // taskColumns.
@@ -24,8 +24,8 @@ func scanTask(row scanner, extra ...any) (*reprise.Task, error) {
 	var timeout int64
 	var leaseUntil, startedAt, firstStartedAt sql.NullInt64
 	dest := append([]any{&t.ID, &t.RunID, &t.Execution, &t.Position, &t.Step, &input, &t.IdempotencyKey,
-		&policy, &timeout, &t.Attempt, &t.Token, &leaseUntil, &startedAt, &firstStartedAt, &t.Base, &t.Lapses},
-		extra...)
+		&policy, &timeout, &t.Attempt, &t.Token, &leaseUntil, &startedAt, &firstStartedAt, &t.Base, &t.Lapses, &t.Owner,
+		&t.StepVersion}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -130,6 +130,7 @@ func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*r
 	for _, t := range tasks {
 		t.Attempt++
 		t.Token++
+		t.Owner = p.Owner
 		t.StartedAt = tx.now
 		if t.FirstStartedAt.IsZero() {
 			t.FirstStartedAt = tx.now
@@ -285,8 +286,10 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			// The step is kept as it failed, for a redrive.
 			_, err := tx.exec(`
 				INSERT OR REPLACE INTO failed_steps
-					(run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base)
-				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base
+					(run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base,
+					step_version)
+				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base,
+					step_version
 				FROM tasks WHERE id = ?`, p.TaskID)
 			if err != nil {
 				return err

@@ -68,7 +68,7 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 			t.Fatalf("Next.Token = %d, want a new token (old %d)", next.Token, first.Token)
 		}
 		wantTask := *first
-		wantTask.Attempt, wantTask.Token = 2, next.Token
+		wantTask.Attempt, wantTask.Token, wantTask.Owner = 2, next.Token, worker2
 		wantTask.StartedAt, wantTask.LeaseUntil = now, now.Add(minute)
 		if !reflect.DeepEqual(normTask(next), normTask(&wantTask)) {
 			t.Fatalf("Outcome.Next = %+v, want %+v", next, wantTask)

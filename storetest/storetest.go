@@ -37,6 +37,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) reprise.Sto
 	t.Run("ChildRuns", func(t *testing.T) { t.Parallel(); testChildren(t, open) })
 	t.Run("RunCancel", func(t *testing.T) { t.Parallel(); testRunCancel(t, open) })
 	t.Run("RunRedrive", func(t *testing.T) { t.Parallel(); testRedrive(t, open) })
+	t.Run("RunErrorOfAStep", func(t *testing.T) { t.Parallel(); testRunErrorOfAStep(t, open) })
 	t.Run("SignalSend", func(t *testing.T) { t.Parallel(); testSignals(t, open) })
 	t.Run("HistoryList", func(t *testing.T) { t.Parallel(); testHistoryList(t, open) })
 	t.Run("TaskClaim", func(t *testing.T) { t.Parallel(); testTaskClaim(t, open) })
@@ -46,8 +47,11 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) reprise.Sto
 	t.Run("TaskFail", func(t *testing.T) { t.Parallel(); testTaskFail(t, open) })
 	t.Run("TaskFailLeaseNext", func(t *testing.T) { t.Parallel(); testTaskFailLeaseNext(t, open) })
 	t.Run("TaskListExpired", func(t *testing.T) { t.Parallel(); testTaskListExpired(t, open) })
+	t.Run("TaskListWaiting", func(t *testing.T) { t.Parallel(); testTaskListWaiting(t, open) })
+	t.Run("TaskRelease", func(t *testing.T) { t.Parallel(); testTaskRelease(t, open) })
 	t.Run("TimerFire", func(t *testing.T) { t.Parallel(); testTimerFire(t, open) })
 	t.Run("NextWake", func(t *testing.T) { t.Parallel(); testNextWake(t, open) })
+	t.Run("StepDefinitions", func(t *testing.T) { t.Parallel(); testStepDefinitions(t, open) })
 }
 
 // start is the fake clock's first reading. It has microseconds, so a store

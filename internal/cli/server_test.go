@@ -296,7 +296,7 @@ func TestServerPullWorkerLosesLease(t *testing.T) {
 	failed := eventsOf(events, reprise.EventAttemptFailed)
 	completed := eventsOf(events, reprise.EventStepCompleted)
 	if run.Status != reprise.RunCompleted || string(run.Output) != `"done"` || len(failed) != 1 ||
-		failed[0].Attempt != 1 || failed[0].Error.Type != "Timeout" || failed[0].RetryAt.IsZero() ||
+		failed[0].Attempt != 1 || failed[0].Error.Type != reprise.TypeWorkerLost || failed[0].RetryAt.IsZero() ||
 		len(completed) != 1 || completed[0].Attempt != 2 {
 		t.Errorf("run %+v, history %+v", run, events)
 	}

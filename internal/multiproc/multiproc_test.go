@@ -91,20 +91,20 @@ func TestPostgresRestart(t *testing.T) {
 type runStats struct {
 	completed, failed int
 	attempts          int
-	timeouts          map[string]int // by the worker of the attempt
+	lapses            map[string]int // timed out or lost, by the worker of the attempt
 	byWorker          map[string]int // attempts started
 }
 
 func (s runStats) String() string {
-	return fmt.Sprintf("runs completed %d, failed %d; %d attempts, by engine %v; timed out, by engine %v",
-		s.completed, s.failed, s.attempts, s.byWorker, s.timeouts)
+	return fmt.Sprintf("runs completed %d, failed %d; %d attempts, by engine %v; timed out or lost, by engine %v",
+		s.completed, s.failed, s.attempts, s.byWorker, s.lapses)
 }
 
 // checkRuns checks every run of the chaos workload with checkRun.
 func checkRuns(t *testing.T, c *cluster, prefix string, n int, mayTimeOut func(string) bool) runStats {
 	t.Helper()
 	ctx := context.Background()
-	stats := runStats{byWorker: map[string]int{}, timeouts: map[string]int{}}
+	stats := runStats{byWorker: map[string]int{}, lapses: map[string]int{}}
 	bad := 0
 	for i := range n {
 		id := fmt.Sprintf("%s-%d", prefix, i)
@@ -134,8 +134,9 @@ func checkRuns(t *testing.T, c *cluster, prefix string, n int, mayTimeOut func(s
 				stats.attempts++
 				stats.byWorker[ev.Worker]++
 				worker[ev.Position] = ev.Worker
-			case ev.Type == reprise.EventAttemptFailed && ev.Error != nil && ev.Error.Type == reprise.TypeTimeout:
-				stats.timeouts[worker[ev.Position]]++
+			case ev.Type == reprise.EventAttemptFailed && ev.Error != nil &&
+				(ev.Error.Type == reprise.TypeTimeout || ev.Error.Type == reprise.TypeWorkerLost):
+				stats.lapses[worker[ev.Position]]++
 			}
 		}
 	}

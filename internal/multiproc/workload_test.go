@@ -101,7 +101,8 @@ var chaosWorkflow = reprise.NewWorkflow(chaosWorkflowName, func(ctx context.Cont
 // the history is gapless, every scheduled step has exactly one outcome,
 // attempts are numbered 1, 2, 3... with each started only after the previous
 // one failed, every attempt ended as its fate says (or, where mayTimeOut
-// allows it for the attempt's worker, with the lease reaper's Timeout), the
+// allows it for the attempt's worker, with the lease reaper's Timeout or
+// WorkerLost), the
 // policy's decisions follow, and the run ended as its steps say.
 func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker string) bool) error {
 	if !run.Status.Final() {
@@ -171,11 +172,13 @@ func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker s
 			st.open = false
 			f, _ := attemptFate(st.key, ev.Attempt)
 			switch {
-			case ev.Error != nil && ev.Error.Type == reprise.TypeTimeout:
+			case ev.Error != nil && (ev.Error.Type == reprise.TypeTimeout || ev.Error.Type == reprise.TypeWorkerLost):
 				// The reaper failed the attempt: its lease must have lapsed
-				// (heartbeats only extend it), and its worker be one that
-				// may have been cut off.
-				if ev.At.Before(st.leaseUntil) || !mayTimeOut(st.worker) {
+				// (heartbeats only extend it), or, lost, been released when
+				// its engine was found gone; and its worker be one that may
+				// have been cut off.
+				early := ev.At.Before(st.leaseUntil) && ev.Error.Type == reprise.TypeTimeout
+				if early || !mayTimeOut(st.worker) {
 					return fmt.Errorf("seq %d: position %d attempt %d (worker %s, lease until %v) timed out at %v", ev.Seq, ev.Position, ev.Attempt, st.worker, st.leaseUntil, ev.At)
 				}
 				f = fateRetryable

@@ -1,0 +1,156 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"reprise"
+)
+
+// stepDefColumns are the columns scanStepDef reads.
+const stepDefColumns = `name, version, kind, url, policy, created_at, deleted_at`
+
+func scanStepDef(row pgx.Row) (*reprise.StepDefinition, error) {
+	var d reprise.StepDefinition
+	var deleted *time.Time
+	if err := row.Scan(&d.Name, &d.Version, &d.Kind, &d.URL, &d.Policy, &d.CreatedAt, &deleted); err != nil {
+		return nil, err
+	}
+	d.CreatedAt, d.DeletedAt = d.CreatedAt.UTC(), utc(deleted)
+	return &d, nil
+}
+
+// latestStepDefSQL reads the greatest version of a step, deleted or not.
+const latestStepDefSQL = `SELECT ` + stepDefColumns + ` FROM reprise_step_def WHERE name = $1 ORDER BY version DESC LIMIT 1`
+
+// lockStepDef serializes the writes of one step's definitions, and
+// returns the store's time and the step's greatest version, or nil for a
+// name never defined.
+func (s *Store) lockStepDef(ctx context.Context, tx *txn, name string) (time.Time, *reprise.StepDefinition, error) {
+	var now time.Time
+	err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()) FROM (SELECT pg_advisory_xact_lock($2)) l`,
+		s.clock(), advisoryKey("reprise step\x00"+s.schema+"\x00"+name)).Scan(&now)
+	if err != nil {
+		return now, nil, err
+	}
+	latest, err := scanStepDef(tx.QueryRow(ctx, latestStepDefSQL, name))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return now.UTC(), nil, nil
+	}
+	return now.UTC(), latest, err
+}
+
+// StepDefine records a new version of a step, or returns the current one
+// if it is the same definition.
+func (s *Store) StepDefine(ctx context.Context, p *reprise.StepDefineParams) (*reprise.StepDefinition, bool, error) {
+	var def *reprise.StepDefinition
+	var created bool
+	err := s.alone(ctx, func(tx *txn) error {
+		now, latest, err := s.lockStepDef(ctx, tx, p.Name)
+		if err != nil {
+			return err
+		}
+		version, same, err := p.Next(latest)
+		if err != nil || same {
+			def, created = latest, false
+			return err
+		}
+		tx.writes.Queue(`
+			INSERT INTO reprise_step_def (name, version, kind, url, policy, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
+			p.Name, version, p.Kind, p.URL, p.Policy, now)
+		def = &reprise.StepDefinition{Name: p.Name, Version: version, Kind: p.Kind, URL: p.URL, Policy: p.Policy,
+			CreatedAt: now}
+		created = true
+		return nil
+	})
+	if err != nil {
+		return nil, false, fmt.Errorf("define step %s: %w", p.Name, err)
+	}
+	return def, created, nil
+}
+
+// StepDefGet returns a step's current version, or the version asked for.
+func (s *Store) StepDefGet(ctx context.Context, p *reprise.StepDefGetParams) (*reprise.StepDefinition, error) {
+	var (
+		def *reprise.StepDefinition
+		err error
+	)
+	if p.Version == 0 {
+		def, err = scanStepDef(s.pool.QueryRow(ctx, latestStepDefSQL, p.Name))
+		if err == nil && !def.DeletedAt.IsZero() {
+			err = reprise.ErrNotFound
+		}
+	} else {
+		def, err = scanStepDef(s.pool.QueryRow(ctx, `
+			SELECT `+stepDefColumns+` FROM reprise_step_def WHERE name = $1 AND version = $2`, p.Name, p.Version))
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = reprise.ErrNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get step %s version %d: %w", p.Name, p.Version, err)
+	}
+	return def, nil
+}
+
+// StepDefList returns the current version of each step not deleted.
+func (s *Store) StepDefList(ctx context.Context, _ *reprise.StepDefListParams) ([]*reprise.StepDefinition, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT DISTINCT ON (name) `+stepDefColumns+` FROM reprise_step_def
+		ORDER BY name, version DESC`)
+	if err != nil {
+		return nil, fmt.Errorf("list steps: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*reprise.StepDefinition, error) { return scanStepDef(row) })
+	if err != nil {
+		return nil, fmt.Errorf("list steps: %w", err)
+	}
+	defs := make([]*reprise.StepDefinition, 0, len(all))
+	for _, d := range all {
+		if d.DeletedAt.IsZero() {
+			defs = append(defs, d)
+		}
+	}
+	return defs, nil
+}
+
+// StepDefDelete deletes a step unless it is in use.
+func (s *Store) StepDefDelete(ctx context.Context, p *reprise.StepDefDeleteParams) error {
+	err := s.alone(ctx, func(tx *txn) error {
+		now, latest, err := s.lockStepDef(ctx, tx, p.Name)
+		if err != nil {
+			return err
+		}
+		if latest == nil || !latest.DeletedAt.IsZero() {
+			return reprise.ErrNotFound
+		}
+		if !p.Force {
+			var runID, workflow string
+			err := tx.QueryRow(ctx, `
+				SELECT run_id, '' FROM (SELECT run_id FROM reprise_task WHERE step = $1 LIMIT 1) t
+				UNION ALL
+				SELECT id, workflow FROM (
+					SELECT id, workflow FROM reprise_run
+					WHERE workflow = ANY($2::text[]) AND status IN ('pending', 'running') LIMIT 1) r
+				LIMIT 1`, p.Name, p.Workflows).Scan(&runID, &workflow)
+			switch {
+			case err == nil && workflow == "":
+				return fmt.Errorf("%w: run %s has a task of it", reprise.ErrStepInUse, runID)
+			case err == nil:
+				return fmt.Errorf("%w: run %s of workflow %s is active", reprise.ErrStepInUse, runID, workflow)
+			case !errors.Is(err, pgx.ErrNoRows):
+				return err
+			}
+		}
+		tx.writes.Queue(`UPDATE reprise_step_def SET deleted_at = $2 WHERE name = $1 AND deleted_at IS NULL`, p.Name, now)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("delete step %s: %w", p.Name, err)
+	}
+	return nil
+}

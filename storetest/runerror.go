@@ -1,0 +1,43 @@
+package storetest
+
+import (
+	"testing"
+
+	"reprise"
+)
+
+// testRunErrorOfAStep pins that a run's error keeps the fields that say
+// which step failed it, in the run (RunGet, RunList), its RunFailed and a
+// parent's ChildFailed.
+func testRunErrorOfAStep(t *testing.T, open Open) {
+	f := setup(t, open)
+	runErr := &reprise.ErrorInfo{Type: "CardDeclined", Message: "card declined", Step: "charge", Position: 2,
+		Attempts: 3, Reason: "exhausted"}
+
+	lease := f.schedule("run-1", newStep(1, "reserve"), newStep(2, "charge"))
+	events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunFailed, Error: runErr}})
+	want := []reprise.Event{{Seq: 4, Type: reprise.EventRunFailed, At: start, Execution: 1, Error: runErr}}
+	requireEvents(t, events, want)
+	requireEvents(t, f.last("run-1", 1), want)
+	if run := f.get("run-1"); run.Error == nil || *run.Error != *runErr {
+		t.Fatalf("RunGet: error %+v, want %+v", run.Error, runErr)
+	}
+	runs, err := f.store.RunList(t.Context(), &reprise.RunListParams{Status: reprise.RunFailed})
+	if err != nil {
+		t.Fatalf("RunList: %v", err)
+	}
+	if len(runs) != 1 || runs[0].Error == nil || *runs[0].Error != *runErr {
+		t.Fatalf("RunList: %+v, want run-1 with error %+v", runs, runErr)
+	}
+
+	parent := f.create("parent")
+	child := f.startChildRun(parent, 1, "child")
+	adv := f.advanced(child, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunFailed, Error: runErr}})
+	want = []reprise.Event{{Seq: 3, Type: reprise.EventChildFailed, At: start, Execution: 1, Position: 1, Child: "child",
+		Error: runErr, Reason: "failed"}}
+	if adv.Parent == nil {
+		t.Fatal("Advanced.Parent = nil, want the parent's ChildFailed")
+	}
+	requireEvents(t, adv.Parent.Events, want)
+	requireEvents(t, f.last("parent", 1), want)
+}
