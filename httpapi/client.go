@@ -236,8 +236,8 @@ func (c *Client) SignalRun(ctx context.Context, id, name string, payload json.Ra
 	return err
 }
 
-// RegisterStep registers or replaces a step: KindHTTP with a URL, or
-// KindPull; its Policy is in text form, or empty for the default.
+// RegisterStep registers a step, or a new version of it: KindHTTP with a
+// URL, or KindPull; its Policy is in text form, or empty for the default.
 func (c *Client) RegisterStep(ctx context.Context, s Step) error {
 	req := stepRequest{Name: s.Name, Kind: s.Kind, URL: s.URL}
 	if s.Policy != "" {
@@ -255,6 +255,31 @@ func (c *Client) ListSteps(ctx context.Context) ([]Step, error) {
 	}
 	_, err := c.do(ctx, "GET", "/v1/steps", nil, &out)
 	return out.Steps, err
+}
+
+// GetStep returns a step's current version, or with version > 0 that
+// version.
+func (c *Client) GetStep(ctx context.Context, name string, version int) (*Step, error) {
+	path := "/v1/steps/" + url.PathEscape(name)
+	if version > 0 {
+		path += "?version=" + strconv.Itoa(version)
+	}
+	var s Step
+	if _, err := c.do(ctx, "GET", path, nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// DeleteStep deletes a step registered through the API. While runs still
+// need it the error matches reprise.ErrStepInUse, unless force.
+func (c *Client) DeleteStep(ctx context.Context, name string, force bool) error {
+	path := "/v1/steps/" + url.PathEscape(name)
+	if force {
+		path += "?force=true"
+	}
+	_, err := c.do(ctx, "DELETE", path, nil, nil)
+	return err
 }
 
 // ClaimParams is what a pull worker asks for.

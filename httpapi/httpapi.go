@@ -3,14 +3,22 @@
 package httpapi
 
 import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"reprise"
 	"reprise/httpstep"
@@ -19,8 +27,15 @@ import (
 // Options configure the handler. The zero value works.
 type Options struct {
 	// Token, when set, is the bearer token every request but GET /healthz
-	// must carry (Authorization: Bearer TOKEN). Default: none, no auth.
+	// must carry (Authorization: Bearer TOKEN). A request without it is
+	// answered 401 from its headers alone: its body is never read, and its
+	// connection is closed. Default: none, no auth.
 	Token string
+	// Tokens are more tokens accepted as Token is, for rotation: serve the
+	// old and the new token together, move the clients to the new one,
+	// then drop the old. Tokens are compared in constant time. A token is
+	// printable ASCII without spaces. Default: none.
+	Tokens []string
 	// MaxBodyBytes limits a request body; a larger one gets 413.
 	// Default: 1 MiB.
 	MaxBodyBytes int64
@@ -42,19 +57,27 @@ type Options struct {
 type api struct {
 	e       *reprise.Engine
 	opts    Options
+	tokens  [][sha256.Size]byte // the hashes of the accepted tokens
 	log     *slog.Logger
 	caller  *httpstep.Caller
 	metrics metrics
 
 	mu    sync.Mutex
-	steps map[string]*Step
+	steps map[string]*Step       // the Go steps and the stored ones as last read (steps.go)
+	urls  map[stepVersion]string // the URLs of HTTP steps' versions read
 }
 
 // NewHandler returns the API of engine e: /v1/..., /metrics and /healthz.
-// The engine must be running (Engine.Run) for runs to make progress.
+// The engine must be running (Engine.Run) for runs to make progress. It
+// reads the steps registered through the API from e's store (for up to
+// 30 s) and registers them on e, so that their runs go on (steps.go).
 func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	if opts.MaxBodyBytes < 0 {
 		return nil, errors.New("httpapi: MaxBodyBytes is negative")
+	}
+	tokens, err := hashTokens(opts.Token, opts.Tokens)
+	if err != nil {
+		return nil, err
 	}
 	if opts.MaxBodyBytes == 0 {
 		opts.MaxBodyBytes = 1 << 20
@@ -62,7 +85,8 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 60 * time.Second
 	}
-	a := &api{e: e, opts: opts, log: opts.Logger, caller: opts.Caller, steps: make(map[string]*Step)}
+	a := &api{e: e, opts: opts, tokens: tokens, log: opts.Logger, caller: opts.Caller, steps: make(map[string]*Step),
+		urls: make(map[stepVersion]string)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -74,14 +98,20 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 		a.caller = c
 	}
 	for _, name := range opts.Steps {
-		if err := a.addStep(&Step{Name: name, Kind: KindGo}); err != nil {
+		if err := a.addGoStep(name); err != nil {
 			return nil, err
 		}
+	}
+	loadCtx, cancel := context.WithTimeout(context.Background(), loadTimeout)
+	err = a.loadSteps(loadCtx)
+	cancel()
+	if err != nil {
+		return nil, err
 	}
 
 	mux := http.NewServeMux()
 	route := func(path string, methods map[string]http.HandlerFunc) {
-		mux.Handle(path, a.methods(methods))
+		mux.Handle(path, a.methods(path, methods))
 	}
 	route("/v1/runs", map[string]http.HandlerFunc{"GET": a.listRuns, "POST": a.startRun})
 	route("/v1/runs/{id}", map[string]http.HandlerFunc{"GET": a.getRun})
@@ -90,6 +120,7 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	route("/v1/runs/{id}/redrive", map[string]http.HandlerFunc{"POST": a.redriveRun})
 	route("/v1/runs/{id}/signals", map[string]http.HandlerFunc{"POST": a.signalRun})
 	route("/v1/steps", map[string]http.HandlerFunc{"GET": a.listSteps, "POST": a.registerStep})
+	route("/v1/steps/{name}", map[string]http.HandlerFunc{"GET": a.getStep, "DELETE": a.deleteStep})
 	route("/v1/tasks/claim", map[string]http.HandlerFunc{"POST": a.claim})
 	route("/v1/tasks/{id}/complete", map[string]http.HandlerFunc{"POST": a.complete})
 	route("/v1/tasks/{id}/fail", map[string]http.HandlerFunc{"POST": a.fail})
@@ -102,9 +133,10 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	return a.authenticate(mux), nil
 }
 
-// methods dispatches on the request's method, answering 405 with Allow for
-// any other.
-func (a *api) methods(m map[string]http.HandlerFunc) http.Handler {
+// methods dispatches a request for the path pattern on its method,
+// answering 405 with Allow for any other, and 400 for a query parameter the
+// endpoint does not take (queryParams).
+func (a *api) methods(pattern string, m map[string]http.HandlerFunc) http.Handler {
 	allow := make([]string, 0, len(m)+1)
 	for method := range m {
 		allow = append(allow, method)
@@ -125,33 +157,137 @@ func (a *api) methods(m map[string]http.HandlerFunc) http.Handler {
 				Detail: r.Method + " " + r.URL.Path + " is not served; allowed: " + strings.Join(allow, ", ")})
 			return
 		}
+		if p := checkQuery(r.URL.RawQuery, queryParams[method+" "+pattern]); p != nil {
+			writeProblem(w, p)
+			return
+		}
 		h(w, r)
 	})
 }
 
-// authenticate requires the bearer token on every path but /healthz.
+// queryParams names the query parameters each endpoint takes, by method
+// and path pattern. An endpoint not named takes none.
+var queryParams = map[string][]string{
+	"GET /v1/runs":              {"status", "workflow", "limit", "cursor"},
+	"GET /v1/runs/{id}":         {"wait", "after"},
+	"GET /v1/runs/{id}/history": {"wait", "after"},
+	"GET /v1/steps/{name}":      {"version"},
+	"DELETE /v1/steps/{name}":   {"force"},
+}
+
+// checkQuery refuses a query other than the allowed parameters, each given
+// once, with values of valid UTF-8 without NUL.
+func checkQuery(raw string, allowed []string) *Problem {
+	if raw == "" {
+		return nil
+	}
+	q, err := url.ParseQuery(raw)
+	if err != nil {
+		return invalid("query", "the query string is malformed: %v", err)
+	}
+	names := make([]string, 0, len(q))
+	for name := range q {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if name == "" || !cleanString(name) {
+			return invalid("query", "a query parameter's name is empty, not valid UTF-8 or holds a NUL")
+		}
+		if !slices.Contains(allowed, name) {
+			takes := "takes none"
+			if len(allowed) > 0 {
+				takes = "takes " + strings.Join(allowed, ", ")
+			}
+			return invalid(name, "unknown query parameter %q; this endpoint %s", name, takes)
+		}
+		if n := len(q[name]); n > 1 {
+			return invalid(name, "query parameter %q is given %d times; give it once", name, n)
+		}
+		if !cleanString(q[name][0]) {
+			return invalid(name, "query parameter %q is not valid UTF-8 or holds a NUL", name)
+		}
+	}
+	return nil
+}
+
+// cleanString reports whether s is valid UTF-8 without NUL, as every
+// string the API takes must be.
+func cleanString(s string) bool {
+	return utf8.ValidString(s) && !strings.ContainsRune(s, 0)
+}
+
+// hashTokens checks the tokens and returns their hashes: a token is
+// compared by its hash, so that the time a comparison takes tells nothing
+// of the token's length.
+func hashTokens(token string, more []string) ([][sha256.Size]byte, error) {
+	all := more
+	if token != "" {
+		all = append([]string{token}, more...)
+	}
+	var hashes [][sha256.Size]byte
+	var errs []error
+	for i, t := range all {
+		if t == "" || strings.ContainsFunc(t, func(r rune) bool { return r <= ' ' || r > '~' }) {
+			errs = append(errs, fmt.Errorf("httpapi: token %d is empty or holds a character other than printable ASCII", i+1))
+			continue
+		}
+		hashes = append(hashes, sha256.Sum256([]byte(t)))
+	}
+	return hashes, errors.Join(errs...)
+}
+
+// authenticate requires a token on every path but /healthz, from the
+// request's headers alone.
 func (a *api) authenticate(next http.Handler) http.Handler {
-	want := []byte("Bearer " + a.opts.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.metrics.requests.Add(1)
-		if a.opts.Token != "" && r.URL.Path != "/healthz" &&
-			subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="reprise"`)
-			writeProblem(w, &Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
-				Detail: "send Authorization: Bearer TOKEN with the server's token"})
+		if len(a.tokens) == 0 || r.URL.Path == "/healthz" || a.authorized(r.Header.Get("Authorization")) {
+			next.ServeHTTP(w, r)
 			return
 		}
-		next.ServeHTTP(w, r)
+		// The body of a request without the token is never read: the
+		// connection closes after the answer, and the read deadline is
+		// now, so that the server does not read the body to reuse it.
+		w.Header().Set("Connection", "close")
+		if r.ContentLength != 0 {
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="reprise"`)
+		writeProblem(w, &Problem{Type: ProblemUnauthorized, Title: "Unauthorized", Status: http.StatusUnauthorized,
+			Detail: "send Authorization: Bearer TOKEN with one of the server's tokens"})
 	})
+}
+
+// authorized reports whether the Authorization header is "Bearer TOKEN"
+// with one of the tokens, comparing with every token in constant time.
+func (a *api) authorized(header string) bool {
+	given, ok := strings.CutPrefix(header, "Bearer ")
+	sum := sha256.Sum256([]byte(given))
+	match := 0
+	for _, t := range a.tokens {
+		match |= subtle.ConstantTimeCompare(sum[:], t[:])
+	}
+	return ok && match == 1
 }
 
 func healthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
-// internal answers 500 for an error the client cannot fix, and logs it.
+// internal answers 500 for an error the client cannot fix. The answer
+// holds an error id and nothing of the error, which may name the
+// database's user, host or files; the log line has both.
 func (a *api) internal(w http.ResponseWriter, r *http.Request, err error) {
-	a.log.Error("api request", "method", r.Method, "path", r.URL.Path, "err", err)
+	id := newErrorID()
+	a.log.Error("api request failed", "error_id", id, "method", r.Method, "path", r.URL.Path, "err", err)
 	writeProblem(w, &Problem{Type: ProblemInternal, Title: "Internal Server Error", Status: http.StatusInternalServerError,
-		Detail: err.Error()})
+		Detail: "the server failed; its log has the error under error_id " + id, ErrorID: id})
+}
+
+// newErrorID returns a random id for an internal error.
+func newErrorID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -1,12 +1,18 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
+
+	jsonv2 "github.com/go-json-experiment/json"
+	"github.com/go-json-experiment/json/jsontext"
 
 	"reprise"
 )
@@ -20,8 +26,12 @@ type Problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
 	// Field is the request field at fault, as a dotted path ("steps.0"),
-	// "body" for a body that is not JSON at all, or empty.
+	// "body" for a body that is not JSON at all, "query" for a query
+	// string that cannot be parsed, or empty.
 	Field string `json:"field,omitempty"`
+	// ErrorID names an internal error (500) in the server's log, which
+	// has the error itself; the answer has nothing more of it.
+	ErrorID string `json:"error_id,omitempty"`
 }
 
 // The types of Problem. More may be added.
@@ -33,6 +43,8 @@ const (
 	ProblemRunFinished   = "urn:reprise:problem:run-finished"   // 409: the run has finished
 	ProblemLeaseLost     = "urn:reprise:problem:lease-lost"     // 409: stale token or lapsed lease
 	ProblemNotRedrivable = "urn:reprise:problem:not-redrivable" // 409: the run did not fail on a step
+	ProblemStepInUse     = "urn:reprise:problem:step-in-use"    // 409: runs still need the step
+	ProblemStepConflict  = "urn:reprise:problem:step-conflict"  // 409: a Go step's name, or a change of kind
 	ProblemTooLarge      = "urn:reprise:problem:too-large"      // 413
 	ProblemInternal      = "urn:reprise:problem:internal"       // 500
 	ProblemUnavailable   = "urn:reprise:problem:unavailable"    // 503: shutting down
@@ -64,6 +76,8 @@ func (p *Problem) Unwrap() error {
 		return reprise.ErrRunFinished
 	case ProblemNotRedrivable:
 		return reprise.ErrNotRedrivable
+	case ProblemStepInUse:
+		return reprise.ErrStepInUse
 	}
 	return nil
 }
@@ -92,74 +106,188 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// decode reads the request's JSON body into v: one object, no unknown
-// fields, at most limit bytes. Its problem names the field at fault.
+// decode reads the request's JSON body into v, strictly: one object of at
+// most limit bytes; field names exactly as v names them (case counts), each
+// once, none that v lacks; strings of valid UTF-8 without NUL, anywhere in
+// the body; integers where v has integers. Its problem names the field at
+// fault.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) *Problem {
 	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
 		return &Problem{Type: ProblemUnsupported, Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
 			Detail: fmt.Sprintf("Content-Type %q: send application/json", ct)}
 	}
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeProblem(err, limit)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return decodeProblem(err, limit)
+			return &Problem{Type: ProblemTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("the body is over the limit of %d bytes", limit)}
 		}
+		return invalid("body", "reading the body: %v", err)
+	}
+	if p := checkJSON(body); p != nil {
+		return p
+	}
+	if err := jsonv2.Unmarshal(body, v, jsonv2.RejectUnknownMembers(true)); err != nil {
+		return unmarshalProblem(err)
+	}
+	return nil
+}
+
+// checkJSON checks that body is one JSON object, with no name twice in an
+// object and no string that is not valid UTF-8 or holds a NUL (which
+// PostgreSQL cannot store in text), at any depth.
+func checkJSON(body []byte) *Problem {
+	d := jsontext.NewDecoder(bytes.NewReader(body))
+	tok, err := d.ReadToken()
+	switch {
+	case errors.Is(err, io.EOF):
+		return invalid("body", "the body is empty; send a JSON object")
+	case err != nil:
+		return syntaxProblem(err)
+	case tok.Kind() != '{':
+		return invalid("body", "the body is a JSON %s; send an object", kindName(tok.Kind()))
+	}
+	for d.StackDepth() > 0 {
+		tok, err := d.ReadToken()
+		if err != nil {
+			return syntaxProblem(err)
+		}
+		if tok.Kind() == '"' && strings.IndexByte(tok.String(), 0) >= 0 {
+			at := d.StackPointer()
+			if kind, n := d.StackIndex(d.StackDepth()); kind == '{' && n%2 == 1 {
+				// A member's name: the pointer ends with it.
+				field := fieldPath(at.Parent())
+				return invalid(field, "a field name in %s holds a NUL character (\\u0000), which no string may", field)
+			}
+			field := fieldPath(at)
+			return invalid(field, "%s holds a NUL character (\\u0000), which no string may", field)
+		}
+	}
+	if _, err := d.ReadToken(); !errors.Is(err, io.EOF) {
 		return invalid("body", "the body holds more than one JSON value")
 	}
 	return nil
 }
 
-// decodeProblem explains a decoding error.
-func decodeProblem(err error, limit int64) *Problem {
-	var (
-		mbe *http.MaxBytesError
-		se  *json.SyntaxError
-		te  *json.UnmarshalTypeError
-	)
+// syntaxProblem explains a body that is not JSON, or names a field twice.
+func syntaxProblem(err error) *Problem {
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) {
+		return invalid("body", "the body is not JSON: %v", err)
+	}
+	field := fieldPath(se.JSONPointer)
 	switch {
-	case errors.As(err, &mbe):
-		return &Problem{Type: ProblemTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
-			Detail: fmt.Sprintf("the body is over the limit of %d bytes", limit)}
-	case errors.Is(err, io.EOF):
-		return invalid("body", "the body is empty; send a JSON object")
-	case errors.Is(err, io.ErrUnexpectedEOF):
+	case errors.Is(se.Err, io.ErrUnexpectedEOF):
 		return invalid("body", "the body ends in the middle of a JSON value")
-	case errors.As(err, &se):
-		return invalid("body", "the body is not JSON: %v at offset %d", se, se.Offset)
-	case errors.As(err, &te):
-		if te.Field == "" {
-			return invalid("body", "the body is a JSON %s; send an object", te.Value)
-		}
-		return invalid(te.Field, "%s is a JSON %s; want %s", te.Field, te.Value, jsonKind(te.Type.Kind().String()))
+	case errors.Is(se.Err, jsontext.ErrDuplicateName):
+		return invalid(field, "%s is given more than once", field)
 	}
-	// encoding/json has no type for an unknown field; its message is the
-	// only place the name is.
-	if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		name = strings.Trim(name, `"`)
-		field := name
-		if field == "" {
-			field = "body"
-		}
-		return invalid(field, "unknown field %q", name)
-	}
-	return invalid("body", "%v", err)
+	return invalid(field, "the body is not JSON: %v at offset %d", se.Err, se.ByteOffset)
 }
 
-func jsonKind(goKind string) string {
-	switch goKind {
-	case "string":
-		return "a string"
-	case "slice", "array":
-		return "an array"
-	case "struct", "map":
-		return "an object"
-	case "bool":
-		return "a boolean"
+// unmarshalProblem explains a field of the wrong type or an unknown one.
+func unmarshalProblem(err error) *Problem {
+	var se *jsonv2.SemanticError
+	if !errors.As(err, &se) {
+		return invalid("body", "%v", err)
 	}
-	return "a number"
+	field := fieldPath(se.JSONPointer)
+	if errors.Is(se.Err, jsonv2.ErrUnknownName) {
+		name := se.JSONPointer.LastToken()
+		return invalid(field, "unknown field %q%s", name, spellingHint(se.GoType, name))
+	}
+	t := se.GoType
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	want := "another type"
+	if t != nil {
+		want = wantKind(t.Kind())
+	}
+	if se.JSONKind == '0' && want == "an integer" {
+		if errors.Is(se.Err, strconv.ErrRange) {
+			return invalid(field, "%s %s is out of range", field, se.JSONValue)
+		}
+		return invalid(field, "%s %s is not an integer", field, se.JSONValue)
+	}
+	switch {
+	case se.Err != nil: // a value's own UnmarshalJSON refused it
+		return invalid(field, "%s: %v", field, se.Err)
+	case se.JSONKind == 0:
+		return invalid(field, "%s: %v", field, err)
+	}
+	return invalid(field, "%s is a JSON %s; want %s", field, kindName(se.JSONKind), want)
+}
+
+// spellingHint names the field of struct type t that name matches but for
+// case, if there is one.
+func spellingHint(t reflect.Type, name string) string {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return ""
+	}
+	for f := range t.Fields() {
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if f.IsExported() && tag != "" && tag != "-" && strings.EqualFold(tag, name) {
+			return fmt.Sprintf(" (names are case-sensitive: %q)", tag)
+		}
+	}
+	return ""
+}
+
+// fieldPath is a JSON pointer as a dotted path ("steps.1"), or "body" for
+// the whole body (and for a member of the body named ""). It ends before a
+// name that is not valid UTF-8 or holds a NUL.
+func fieldPath(p jsontext.Pointer) string {
+	var parts []string
+	for tok := range p.Tokens() {
+		if !cleanString(tok) {
+			break
+		}
+		parts = append(parts, tok)
+	}
+	if path := strings.Join(parts, "."); path != "" {
+		return path
+	}
+	return "body"
+}
+
+func kindName(k jsontext.Kind) string {
+	switch k {
+	case 'n':
+		return "null"
+	case 't', 'f':
+		return "boolean"
+	case '"':
+		return "string"
+	case '0':
+		return "number"
+	case '{':
+		return "object"
+	case '[':
+		return "array"
+	}
+	return "value"
+}
+
+func wantKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "a string"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	}
+	return "another type"
 }

@@ -36,6 +36,13 @@ type runJSON struct {
 	UpdatedAt time.Time          `json:"updated_at"`
 }
 
+// runDetailJSON is a run as GET /v1/runs/{id} answers it: with the step it
+// waits for that no worker has claimed for long, or null.
+type runDetailJSON struct {
+	runJSON
+	Waiting *reprise.Waiting `json:"waiting"`
+}
+
 func wireRun(r *reprise.Run) runJSON {
 	out := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
@@ -63,7 +70,12 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, invalid("step", `give "workflow" or "step", not both`))
 		return
 	case req.Step != "":
-		if a.step(req.Step) == nil {
+		s, err := a.step(r.Context(), req.Step)
+		if err != nil {
+			a.internal(w, r, err)
+			return
+		}
+		if s == nil {
 			writeProblem(w, invalid("step", "step %q is not registered; register it with POST /v1/steps", req.Step))
 			return
 		}
@@ -293,11 +305,15 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
 			run, err = a.e.GetRun(r.Context(), id)
 		}
 	}
+	var waiting *reprise.Waiting
+	if err == nil && !run.Status.Final() {
+		waiting, err = a.e.RunWaiting(r.Context(), id)
+	}
 	if err != nil {
 		a.runError(w, r, id, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wireRun(run))
+	writeJSON(w, http.StatusOK, runDetailJSON{runJSON: wireRun(run), Waiting: waiting})
 }
 
 // historyJSON is the answer of GET /v1/runs/{id}/history.

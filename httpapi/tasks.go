@@ -19,7 +19,7 @@ type claimRequest struct {
 	Worker string   `json:"worker"`
 	Steps  []string `json:"steps"`
 	// Max is how many tasks to take at most: 1 (default) to maxClaim.
-	Max int `json:"max"`
+	Max int `json:"max,omitempty"`
 	// Wait is how long to wait for a task when none is ready ("5s").
 	Wait string `json:"wait"`
 }
@@ -70,18 +70,26 @@ type claimList struct {
 }
 
 func (a *api) claim(w http.ResponseWriter, r *http.Request) {
-	var req claimRequest
+	req := claimRequest{Max: 1}
 	if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
 		writeProblem(w, p)
 		return
 	}
 	wait, p := a.checkClaim(&req)
+	var err error
+	if p == nil {
+		p, err = a.checkPullSteps(r.Context(), req.Steps)
+	}
+	if err != nil {
+		a.internal(w, r, err)
+		return
+	}
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	var tasks []*reprise.Task
-	err := poll(r.Context(), wait, nil, func(ctx context.Context) (bool, error) {
+	err = poll(r.Context(), wait, nil, func(ctx context.Context) (bool, error) {
 		var err error
 		tasks, err = a.e.ClaimTasks(ctx, req.Worker, req.Steps, req.Max)
 		return len(tasks) > 0 || wait == 0, err
@@ -106,19 +114,7 @@ func (a *api) checkClaim(req *claimRequest) (time.Duration, *Problem) {
 	if len(req.Steps) == 0 {
 		return 0, invalid("steps", "give the names of the pull steps to claim tasks of")
 	}
-	for i, name := range req.Steps {
-		def := a.step(name)
-		switch {
-		case def == nil:
-			return 0, invalid(fmt.Sprintf("steps.%d", i), "step %q is not registered; register it with POST /v1/steps", name)
-		case def.Kind != KindPull:
-			return 0, invalid(fmt.Sprintf("steps.%d", i), "step %q is an %s step, not a pull step", name, def.Kind)
-		}
-	}
-	switch {
-	case req.Max == 0:
-		req.Max = 1
-	case req.Max < 0 || req.Max > maxClaim:
+	if req.Max < 1 || req.Max > maxClaim {
 		return 0, invalid("max", "max %d is not from 1 to %d", req.Max, maxClaim)
 	}
 	if req.Wait == "" {

@@ -29,10 +29,15 @@ func TestSteps(t *testing.T) {
 	if status != 201 || !strings.Contains(string(body), `"policy":"[retry: 2, backoff: 10ms]"`) {
 		t.Fatalf("register: %d %s", status, body)
 	}
-	// Again, with a JSON policy: replaced.
+	// Again, with a JSON policy: a new version.
 	status, body = s.call(t, "POST", "/v1/steps", `{"name":"charge","kind":"http","url":"`+endpoint.URL+`","policy":{"max_retries":1,"backoff":10}}`)
-	if status != 200 {
+	if status != 201 || !strings.Contains(string(body), `"version":2`) {
 		t.Fatalf("register again: %d %s", status, body)
+	}
+	// The same again: nothing new.
+	status, body = s.call(t, "POST", "/v1/steps", `{"name":"charge","kind":"http","url":"`+endpoint.URL+`","policy":"[retry: 1, backoff: 10ms]"}`)
+	if status != 200 || !strings.Contains(string(body), `"version":2`) {
+		t.Fatalf("register the same again: %d %s", status, body)
 	}
 	if err := s.c.RegisterStep(t.Context(), Step{Name: "work", Kind: KindPull}); err != nil {
 		t.Fatal(err)
@@ -156,7 +161,7 @@ func TestPullTasks(t *testing.T) {
 		{"/v1/tasks/claim", `{"worker":"w","steps":["work"],"max":1000}`, 400, "max"},
 		{"/v1/tasks/claim", `{"worker":"w","steps":["work"],"wait":"soon"}`, 400, "wait"},
 		{"/v1/tasks/claim", `{"worker":"w","steps":"work"}`, 400, "steps"},
-		{"/v1/tasks/claim", `{"worker":"w","steps":[1]}`, 400, "steps"},
+		{"/v1/tasks/claim", `{"worker":"w","steps":[1]}`, 400, "steps.0"},
 		{"/v1/tasks/x/complete", `{"token":1}`, 400, "id"},
 		{"/v1/tasks/1/complete", `{}`, 400, "token"},
 		{"/v1/tasks/1/complete", `{"token":"1"}`, 400, "token"},

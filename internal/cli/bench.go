@@ -115,7 +115,7 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 			}()
 		}
 	default:
-		store, err = openStore(ctx, db)
+		store, err = openEngineStore(ctx, db, postgres.Options{})
 	}
 	if err != nil {
 		return err

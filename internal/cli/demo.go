@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/postgres"
 	"reprise/retry"
 )
 
@@ -122,7 +123,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := openStore(ctx, *db)
+	store, err := openEngineStore(ctx, *db, postgres.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
 		return exitFail

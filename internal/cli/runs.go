@@ -45,8 +45,28 @@ func (b storeBackend) ListRuns(ctx context.Context, p *reprise.RunListParams) ([
 	return b.s.RunList(ctx, p)
 }
 
+// unclaimedAfter is how long a step may wait for a worker before show
+// reports it: the engine's default UnclaimedAfter.
+const unclaimedAfter = 30 * time.Second
+
+// whyUnclaimed is why a step waits, as far as a command on the database
+// can tell: which steps a server registered is the server's to know.
+const whyUnclaimed = "no worker has claimed it (whether any registered the step, only --server can tell)"
+
 func (b storeBackend) GetRun(ctx context.Context, id string) (*reprise.Run, error) {
-	return b.s.RunGet(ctx, id)
+	run, err := b.s.RunGet(ctx, id)
+	if err != nil || run.Status.Final() {
+		return run, err
+	}
+	tasks, err := b.s.TaskListWaiting(ctx, &reprise.TaskListWaitingParams{RunID: id, ReadyFor: unclaimedAfter, Limit: 1})
+	if err != nil {
+		return nil, err
+	}
+	if len(tasks) > 0 {
+		t := tasks[0]
+		run.Waiting = &reprise.Waiting{Step: t.Step, Position: t.Position, Since: t.ReadyAt, Why: whyUnclaimed}
+	}
+	return run, nil
 }
 
 func (b storeBackend) History(ctx context.Context, id string) ([]reprise.Event, error) {
@@ -183,8 +203,15 @@ func showMain(args []string, stdout, stderr io.Writer) int {
 	if len(run.Output) > 0 {
 		fmt.Fprintf(stdout, "output    %s\n", run.Output)
 	}
-	if run.Error != nil {
-		fmt.Fprintf(stdout, "error     %s: %s\n", run.Error.Type, run.Error.Message)
+	if e := run.Error; e != nil {
+		fmt.Fprintf(stdout, "error     %s: %s\n", e.Type, e.Message)
+		if e.Step != "" {
+			fmt.Fprintf(stdout, "          step %s (position %d), after %d attempt(s): %s\n", e.Step, e.Position, e.Attempts, e.Reason)
+		}
+	}
+	if w := run.Waiting; w != nil {
+		fmt.Fprintf(stdout, "waiting   step %s (position %d) since %s: %s\n", w.Step, w.Position,
+			w.Since.Local().Format(time.RFC3339Nano), w.Why)
 	}
 	return exitOK
 }

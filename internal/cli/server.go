@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,17 +20,47 @@ import (
 	"reprise/postgres"
 )
 
+// longPollMax caps the wait of a long-poll (?wait=, a claim's wait): the
+// server's write timeout must leave time to answer after it.
+const longPollMax = 60 * time.Second
+
+// minTokenLen is the length a token must have at least.
+const minTokenLen = 16
+
+// serverConfig is what serverMain reads from its flags and environment.
+type serverConfig struct {
+	db                string
+	addr              string
+	tokens            []string
+	leaseTTL          time.Duration
+	maxBody           int64
+	writers           int
+	readHeaderTimeout time.Duration
+	readTimeout       time.Duration
+	writeTimeout      time.Duration
+	idleTimeout       time.Duration
+	maxConns          int
+}
+
 // serverMain serves the HTTP API on an engine that runs the demo's
 // workflows and every step registered through the API, until SIGINT or
 // SIGTERM.
 func serverMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T] [--lease-ttl D] [--writers N]")
-	db := fs.String("db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
-	addr := fs.String("addr", "127.0.0.1:7420", "address to listen on; a non-loopback one needs a token")
-	token := fs.String("token", "", "bearer token every API call must carry (default $REPRISE_TOKEN)")
-	leaseTTL := fs.Duration("lease-ttl", 30*time.Second, "how long an attempt's lease lasts between heartbeats")
-	maxBody := fs.Int64("max-body", 1<<20, "largest request body accepted, in bytes")
-	writers := fs.Int("writers", 0, "PostgreSQL: transactions recording transitions at once (default 2; 1 when several engine processes share a small server)")
+	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T]... [--lease-ttl D] [--writers N]\n"+
+		"       [--max-body BYTES] [--max-conns N] [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]")
+	var c serverConfig
+	var tokens tokenList
+	fs.StringVar(&c.db, "db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	fs.StringVar(&c.addr, "addr", "127.0.0.1:7420", "address to listen on; a non-loopback one needs a token")
+	fs.Var(&tokens, "token", fmt.Sprintf("a bearer `TOKEN` every API call must carry, %d characters or more; repeat it, or separate tokens with commas, to accept several (rotation) (default $REPRISE_TOKENS, comma-separated, and $REPRISE_TOKEN)", minTokenLen))
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", 30*time.Second, "how long an attempt's lease lasts between heartbeats")
+	fs.Int64Var(&c.maxBody, "max-body", 1<<20, "largest request body accepted, in bytes (413 beyond)")
+	fs.IntVar(&c.writers, "writers", 0, "PostgreSQL: transactions recording transitions at once (default 2; 1 when several engine processes share a small server)")
+	fs.IntVar(&c.maxConns, "max-conns", 512, "connections served at once; more wait to be accepted")
+	fs.DurationVar(&c.readHeaderTimeout, "read-header-timeout", 10*time.Second, "time a client has to send a request's headers")
+	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "time a client has to send a whole request, headers and body")
+	fs.DurationVar(&c.writeTimeout, "write-timeout", 90*time.Second, fmt.Sprintf("time from a request's headers to the end of its answer; more than a long-poll's longest wait (%v)", longPollMax))
+	fs.DurationVar(&c.idleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive connection may wait for its next request")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
 		return code
@@ -36,58 +68,116 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	if *token == "" {
-		*token = os.Getenv("REPRISE_TOKEN")
+	c.tokens = tokens
+	if len(c.tokens) == 0 {
+		c.tokens = envTokens()
 	}
-	if *leaseTTL <= 0 {
-		return usageErrorf(fs, stderr, "--lease-ttl %v must be positive", *leaseTTL)
-	}
-	if *maxBody <= 0 {
-		return usageErrorf(fs, stderr, "--max-body %d must be positive", *maxBody)
-	}
-	if *writers < 0 {
-		return usageErrorf(fs, stderr, "--writers %d must not be negative", *writers)
-	}
-	if *writers > 0 && !isPostgresURL(*db) {
-		return usageErrorf(fs, stderr, "--writers applies to a postgres:// --db, not %q", *db)
-	}
-	if err := checkExposure(*addr, *token); err != nil {
+	if err := c.check(); err != nil {
 		return usageErrorf(fs, stderr, "%v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := serve(ctx, stderr, *db, *writers, *addr, *token, *leaseTTL, *maxBody); err != nil {
-		fmt.Fprintf(stderr, "reprise server: %v\n", err)
+	if err := serve(ctx, stderr, &c); err != nil {
+		fmt.Fprintf(stderr, "reprise server: %s\n", redact(err.Error()))
 		return exitFail
 	}
 	return exitOK
 }
 
+// tokenList is the --token flag: each value holds one token or several,
+// separated by commas. A blank one is kept, for check to refuse.
+type tokenList []string
+
+func (l *tokenList) String() string { return fmt.Sprintf("%d tokens", len(*l)) }
+
+func (l *tokenList) Set(v string) error {
+	*l = append(*l, strings.Split(v, ",")...)
+	return nil
+}
+
+// envTokens reads the tokens of $REPRISE_TOKENS (comma-separated) and
+// $REPRISE_TOKEN.
+func envTokens() []string {
+	var tokens tokenList
+	if s := os.Getenv("REPRISE_TOKENS"); s != "" {
+		tokens.Set(s)
+	}
+	if t := os.Getenv("REPRISE_TOKEN"); t != "" {
+		tokens = append(tokens, t)
+	}
+	return tokens
+}
+
+// check validates the configuration, reporting every fault at once.
+func (c *serverConfig) check() error {
+	var errs []error
+	for i, t := range c.tokens {
+		switch {
+		case strings.TrimSpace(t) == "":
+			errs = append(errs, fmt.Errorf("token %d is blank", i+1))
+		case strings.ContainsFunc(t, func(r rune) bool { return r <= ' ' || r > '~' }):
+			errs = append(errs, fmt.Errorf("token %d holds a space or a character other than printable ASCII", i+1))
+		case len(t) < minTokenLen:
+			errs = append(errs, fmt.Errorf("token %d has %d characters; a token needs %d or more (openssl rand -hex 32 makes one)", i+1, len(t), minTokenLen))
+		}
+	}
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s %v must be positive", name, d))
+		}
+	}
+	positive("--lease-ttl", c.leaseTTL)
+	positive("--read-header-timeout", c.readHeaderTimeout)
+	positive("--read-timeout", c.readTimeout)
+	positive("--idle-timeout", c.idleTimeout)
+	if least := longPollMax + 10*time.Second; c.writeTimeout < least {
+		errs = append(errs, fmt.Errorf("--write-timeout %v is too short: a long-poll waits up to %v before it answers; give %v or more", c.writeTimeout, longPollMax, least))
+	}
+	if c.maxBody <= 0 {
+		errs = append(errs, fmt.Errorf("--max-body %d must be positive", c.maxBody))
+	}
+	if c.maxConns <= 0 {
+		errs = append(errs, fmt.Errorf("--max-conns %d must be positive", c.maxConns))
+	}
+	if c.writers < 0 {
+		errs = append(errs, fmt.Errorf("--writers %d must not be negative", c.writers))
+	}
+	if c.writers > 0 && !isPostgresURL(c.db) {
+		errs = append(errs, fmt.Errorf("--writers applies to a postgres:// --db, not %q", redact(c.db)))
+	}
+	if err := checkExposure(c.addr, c.tokens); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
 // checkExposure refuses to serve an address other machines can reach
 // without a token.
-func checkExposure(addr, token string) error {
+func checkExposure(addr string, tokens []string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--addr %q: %v", addr, err)
 	}
-	if token != "" || host == "localhost" {
+	if len(tokens) > 0 || host == "localhost" {
 		return nil
 	}
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		return nil
 	}
-	return fmt.Errorf("--addr %q is reachable from other machines; give --token (or set REPRISE_TOKEN) to require one, or listen on 127.0.0.1", addr)
+	return fmt.Errorf("--addr %q is reachable from other machines; give --token (or set REPRISE_TOKENS) to require one, or listen on 127.0.0.1", addr)
 }
 
-func serve(ctx context.Context, stderr io.Writer, db string, writers int, addr, token string, leaseTTL time.Duration, maxBody int64) error {
-	store, err := openStoreWith(ctx, db, postgres.Options{Writers: writers})
+func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
+	store, err := openEngineStore(ctx, c.db, postgres.Options{Writers: c.writers})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	e, err := reprise.New(reprise.Config{Store: store, Logger: logger, LeaseTTL: leaseTTL})
+	// Every line logged goes through redact: errors may quote the --db.
+	logHandler := redactHandler{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
+	logger := slog.New(logHandler)
+	e, err := reprise.New(reprise.Config{Store: store, Logger: logger, LeaseTTL: c.leaseTTL})
 	if err != nil {
 		return err
 	}
@@ -95,14 +185,16 @@ func serve(ctx context.Context, stderr io.Writer, db string, writers int, addr, 
 		return err
 	}
 	demoSteps := []string{reserveStep.Name(), chargeStep.Name(), shipStep.Name(), refundStep.Name(), releaseStep.Name()}
-	h, err := httpapi.NewHandler(e, httpapi.Options{Token: token, MaxBodyBytes: maxBody, Logger: logger, Steps: demoSteps})
+	h, err := httpapi.NewHandler(e, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
+		Logger: logger, Steps: demoSteps})
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", addr)
+	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
 	}
+	ln = newLimitListener(ln, c.maxConns)
 
 	// Requests, long-polls included, end when the server stops; the
 	// engine stops after them.
@@ -110,8 +202,13 @@ func serve(ctx context.Context, stderr io.Writer, db string, writers int, addr, 
 	defer stopRequests()
 	srv := &http.Server{
 		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: c.readHeaderTimeout,
+		ReadTimeout:       c.readTimeout,
+		WriteTimeout:      c.writeTimeout,
+		IdleTimeout:       c.idleTimeout,
+		MaxHeaderBytes:    64 << 10,
 		BaseContext:       func(net.Listener) context.Context { return reqCtx },
+		ErrorLog:          slog.NewLogLogger(logHandler, slog.LevelWarn),
 	}
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopEngine()
@@ -119,7 +216,7 @@ func serve(ctx context.Context, stderr io.Writer, db string, writers int, addr, 
 	go func() { engineDone <- e.Run(engineCtx) }()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s)\n", ln.Addr(), db)
+	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s)\n", ln.Addr(), redact(c.db))
 
 	select {
 	case err = <-served:
@@ -139,4 +236,61 @@ func serve(ctx context.Context, stderr io.Writer, db string, writers int, addr, 
 		err = nil
 	}
 	return err
+}
+
+// A limitListener serves at most a number of connections at once: Accept
+// waits for one of them to close, and the connections that arrive
+// meanwhile wait in the kernel's backlog. It bounds the server's file
+// descriptors; the timeouts bound how long a connection keeps its place.
+type limitListener struct {
+	net.Listener
+	slots chan struct{} // one per open connection
+	done  chan struct{} // closed by Close
+	once  sync.Once
+}
+
+func newLimitListener(l net.Listener, n int) *limitListener {
+	return &limitListener{Listener: l, slots: make(chan struct{}, n), done: make(chan struct{})}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	select {
+	case l.slots <- struct{}{}:
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.slots
+		return nil, err
+	}
+	return &limitConn{Conn: c, release: func() { <-l.slots }}, nil
+}
+
+func (l *limitListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return l.Listener.Close()
+}
+
+// A limitConn gives its place back when it closes.
+type limitConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// CloseWrite half-closes the connection as net/http does before it closes
+// one whose request it did not read to the end, so that the client reads
+// the answer before the connection is reset.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }

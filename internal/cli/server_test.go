@@ -51,7 +51,7 @@ func startServer(t *testing.T, args ...string) string {
 	}
 	args = append([]string{"server", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "reprise.db")}, args...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "REPRISE_TOKEN=")
+	cmd.Env = append(os.Environ(), "REPRISE_TOKEN=", "REPRISE_TOKENS=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -349,11 +349,11 @@ func TestServerRefusesExposureWithoutToken(t *testing.T) {
 		"127.0.0.1:7420": true, "localhost:7420": true, "[::1]:7420": true,
 		"0.0.0.0:7420": false, ":7420": false, "192.168.1.2:7420": false, "nocolon": false,
 	} {
-		if err := checkExposure(addr, ""); (err == nil) != ok {
+		if err := checkExposure(addr, nil); (err == nil) != ok {
 			t.Errorf("%s without a token: %v", addr, err)
 		}
 	}
-	if err := checkExposure("0.0.0.0:7420", "t"); err != nil {
+	if err := checkExposure("0.0.0.0:7420", []string{"t"}); err != nil {
 		t.Errorf("with a token: %v", err)
 	}
 	var stdout, stderr bytes.Buffer

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -18,12 +19,20 @@ const defaultDB = "reprise.db"
 // openStore opens the store a --db value names: "sqlite:PATH", a bare path,
 // or a postgres:// URL.
 func openStore(ctx context.Context, db string) (reprise.Store, error) {
-	return openStoreWith(ctx, db, postgres.Options{})
+	return openStoreWith(ctx, db, postgres.Options{}, sqlite.Options{})
 }
 
-// openStoreWith is openStore with pg, the options of a PostgreSQL store
-// but its schema (see openPostgres).
-func openStoreWith(ctx context.Context, db string, pg postgres.Options) (reprise.Store, error) {
+// openEngineStore is openStore for a command that runs an engine, with pg,
+// the options of a PostgreSQL store but its schema (see openPostgres). It
+// locks a SQLite file against every other process that runs an engine on
+// it (sqlite.Options.Exclusive): two engines on one file are not safe.
+// Commands that only read or write runs beside a server do not lock.
+func openEngineStore(ctx context.Context, db string, pg postgres.Options) (reprise.Store, error) {
+	return openStoreWith(ctx, db, pg, sqlite.Options{Exclusive: true})
+}
+
+// openStoreWith opens the store db names with the options of its driver.
+func openStoreWith(ctx context.Context, db string, pg postgres.Options, lite sqlite.Options) (reprise.Store, error) {
 	switch {
 	case db == "":
 		return nil, fmt.Errorf("--db is empty")
@@ -31,7 +40,11 @@ func openStoreWith(ctx context.Context, db string, pg postgres.Options) (reprise
 		return openPostgres(ctx, db, pg)
 	}
 	path := strings.TrimPrefix(db, "sqlite:")
-	s, err := sqlite.Open(path, nil)
+	s, err := sqlite.Open(path, &lite)
+	if errors.Is(err, sqlite.ErrLocked) {
+		return nil, fmt.Errorf("open %s: %w; a SQLite file serves one engine process at a time: "+
+			"stop the other one, or use PostgreSQL (--db postgres://...) for several (docs/operations.md)", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
