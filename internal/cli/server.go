@@ -40,6 +40,7 @@ type serverConfig struct {
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxConns          int
+	workerID          string
 }
 
 // serverMain serves the HTTP API on an engine that runs the demo's
@@ -47,7 +48,8 @@ type serverConfig struct {
 // SIGTERM.
 func serverMain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T]... [--lease-ttl D] [--writers N]\n"+
-		"       [--max-body BYTES] [--max-conns N] [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]")
+		"       [--max-body BYTES] [--max-conns N] [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]\n"+
+		"       [--worker-id ID]")
 	var c serverConfig
 	var tokens tokenList
 	fs.StringVar(&c.db, "db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
@@ -61,6 +63,7 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "time a client has to send a whole request, headers and body")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 90*time.Second, fmt.Sprintf("time from a request's headers to the end of its answer; more than a long-poll's longest wait (%v)", longPollMax))
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive connection may wait for its next request")
+	fs.StringVar(&c.workerID, "worker-id", os.Getenv("REPRISE_WORKER_ID"), "the engine's `ID` in leases and history, one live engine per id; restarted under the id of one that crashed, it takes that one's work back at once (default $REPRISE_WORKER_ID, else host-pid-random)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
 		return code
@@ -177,7 +180,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	// Every line logged goes through redact: errors may quote the --db.
 	logHandler := redactHandler{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
 	logger := slog.New(logHandler)
-	e, err := reprise.New(reprise.Config{Store: store, Logger: logger, LeaseTTL: c.leaseTTL})
+	e, err := reprise.New(reprise.Config{Store: store, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID})
 	if err != nil {
 		return err
 	}
@@ -218,8 +221,16 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s)\n", ln.Addr(), redact(c.db))
 
+	var engineErr error
+	engineStopped := false
 	select {
 	case err = <-served:
+	case engineErr = <-engineDone:
+		// The engine could not start (another live engine has its id):
+		// serving without one would accept work nobody does.
+		engineStopped = true
+		srv.Close()
+		<-served
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "reprise server: shutting down")
 		stopRequests()
@@ -229,9 +240,10 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		<-served
 	}
 	stopEngine()
-	if eerr := <-engineDone; eerr != nil {
-		err = errors.Join(err, eerr)
+	if !engineStopped {
+		engineErr = <-engineDone
 	}
+	err = errors.Join(err, engineErr)
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

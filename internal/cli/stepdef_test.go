@@ -35,9 +35,10 @@ type serverProc struct {
 	dead bool         // killed by the test
 }
 
-// spawnServer runs the reprise server binary on db. Unless the test kills
-// it, it is stopped with SIGINT when the test ends, and must exit cleanly.
-func spawnServer(t *testing.T, db string) *serverProc {
+// spawnServer runs the reprise server binary on db, with more flags if
+// given. Unless the test kills it, it is stopped with SIGINT when the test
+// ends, and must exit cleanly.
+func spawnServer(t *testing.T, db string, args ...string) *serverProc {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and starts the reprise binary")
@@ -46,7 +47,7 @@ func spawnServer(t *testing.T, db string) *serverProc {
 	if err != nil {
 		t.Fatalf("build reprise: %v", err)
 	}
-	cmd := exec.Command(bin, "server", "--addr", "127.0.0.1:0", "--db", db)
+	cmd := exec.Command(bin, append([]string{"server", "--addr", "127.0.0.1:0", "--db", db}, args...)...)
 	cmd.Env = append(os.Environ(), "REPRISE_TOKEN=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
