@@ -54,7 +54,8 @@ func (e *Engine) release(ctx context.Context, id string) error {
 // and forgets them. An engine counts as gone when two looks in a row, a
 // PollInterval apart, find it so: a live engine whose liveness lapsed for
 // a moment (PostgreSQL restarted under it, say) has one PollInterval to
-// take it back (see Store.EngineStart) before its work is taken over.
+// take it back (the PostgreSQL store does so as it looks for gone
+// engines) before its work is taken over.
 func (e *Engine) takeOver(ctx context.Context) {
 	ids, err := e.store.EngineGone(ctx)
 	if err != nil {
