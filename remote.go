@@ -35,7 +35,9 @@ func (e *Engine) RegisterRemoteStep(name string, policy *retry.Policy) error {
 }
 
 // ClaimTasks leases up to limit ready tasks of the named steps to worker,
-// starting an attempt of each.
+// starting an attempt of each. The store keeps each attempt
+// (TaskAttemptList), so that a result the worker sends again after its
+// task is done can be told from a stale one.
 func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, limit int) ([]*Task, error) {
 	if worker == "" || len(steps) == 0 || limit <= 0 {
 		return nil, errors.New("claim tasks: need a worker, step names and a positive limit")
@@ -44,7 +46,8 @@ func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, 
 	for i, s := range steps {
 		quotas[i] = StepQuota{Name: s, Limit: limit}
 	}
-	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: worker, Steps: quotas, Limit: limit, LeaseTTL: e.cfg.LeaseTTL})
+	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: worker, Steps: quotas, Limit: limit, LeaseTTL: e.cfg.LeaseTTL,
+		Keep: true})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}

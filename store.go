@@ -163,6 +163,11 @@ type Store interface {
 	// TaskGet returns a task as it stands (lease fields included), or
 	// ErrNotFound once it is done or dropped.
 	TaskGet(ctx context.Context, id int64) (*Task, error)
+	// TaskAttemptList returns the attempts of a task that claims with Keep
+	// started, by token, whether the task still stands or not; none for a
+	// task no such claim took, or no task. They are kept as long as the
+	// history is.
+	TaskAttemptList(ctx context.Context, p *TaskAttemptListParams) ([]TaskAttempt, error)
 	// TaskHeartbeat extends a lease, never past the attempt's timeout.
 	TaskHeartbeat(ctx context.Context, p *TaskHeartbeatParams) (time.Time, error)
 	// TaskComplete records an attempt's result: appends StepCompleted and
@@ -430,6 +435,27 @@ type TaskClaimParams struct {
 	Limit int
 	// LeaseTTL is the lease's length; it is cut to the attempt's timeout.
 	LeaseTTL time.Duration
+	// Keep records each attempt the claim starts, for TaskAttemptList,
+	// so that a remote worker's write that comes again after its task is
+	// done can be told from a stale one. The engine's own claims do
+	// without it.
+	Keep bool
+}
+
+// TaskAttemptListParams lists the kept attempts of a task.
+type TaskAttemptListParams struct {
+	TaskID int64
+}
+
+// A TaskAttempt is an attempt that a claim with Keep started: which run's
+// step it is, and its number, by its task's id and its token.
+type TaskAttempt struct {
+	TaskID    int64
+	Token     int64
+	RunID     string
+	Execution int
+	Position  int
+	Attempt   int
 }
 
 // StepQuota caps a claim for one step name.

@@ -284,6 +284,8 @@ func (c *Client) DeleteStep(ctx context.Context, name string, force bool) error 
 
 // ClaimParams is what a pull worker asks for.
 type ClaimParams struct {
+	// Worker names the worker in the history. Default: the server names
+	// it "pull@" and the address the connection comes from.
 	Worker string
 	Steps  []string
 	// Max is how many tasks to take at most. Default: 1.
@@ -308,15 +310,19 @@ func taskPath(id int64, verb string) string {
 	return "/v1/tasks/" + strconv.FormatInt(id, 10) + "/" + verb
 }
 
-// Complete records a task's output; a stale token gives
-// reprise.ErrLeaseLost.
+// Complete records a task's output. The same completion again (same
+// token and output) succeeds again, so a call whose answer was lost may be
+// repeated; a stale token gives reprise.ErrLeaseLost, a task the server
+// never had reprise.ErrNotFound.
 func (c *Client) Complete(ctx context.Context, id, token int64, output json.RawMessage) error {
 	_, err := c.do(ctx, "POST", taskPath(id, "complete"), completeRequest{Token: token, Output: output}, nil)
 	return err
 }
 
-// Fail records a task's failure, for its step's policy to decide on; a
-// stale token gives reprise.ErrLeaseLost.
+// Fail records a task's failure, for its step's policy to decide on. The
+// same failure again (same token, type and message) succeeds again; a
+// stale token gives reprise.ErrLeaseLost, a task the server never had
+// reprise.ErrNotFound.
 func (c *Client) Fail(ctx context.Context, id, token int64, report httpstep.Report) error {
 	_, err := c.do(ctx, "POST", taskPath(id, "fail"), failRequest{Token: token, Error: &report}, nil)
 	return err

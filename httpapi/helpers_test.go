@@ -3,15 +3,21 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"reprise"
+	"reprise/postgres"
 	"reprise/sqlite"
 )
 
@@ -27,7 +33,37 @@ type testServer struct {
 
 func newTestServer(t testing.TB, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	return newTestServerOn(t, "sqlite", opts, defs...)
+}
+
+// testStores names the stores a test runs on: SQLite, and PostgreSQL when
+// REPRISE_TEST_POSTGRES is set.
+func testStores() []string {
+	if os.Getenv("REPRISE_TEST_POSTGRES") != "" {
+		return []string{"sqlite", "postgres"}
+	}
+	return []string{"sqlite"}
+}
+
+var schemaSeq atomic.Int64
+
+// newTestServerOn is newTestServer on store kind "sqlite" or "postgres"
+// (a schema of the test's own on REPRISE_TEST_POSTGRES's database).
+func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.Definition) *testServer {
+	t.Helper()
+	var store reprise.Store
+	var err error
+	switch kind {
+	case "sqlite":
+		store, err = sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	case "postgres":
+		dsn := os.Getenv("REPRISE_TEST_POSTGRES")
+		schema := fmt.Sprintf("reprise_httpapi_%d_%d", time.Now().UnixNano()%1e9, schemaSeq.Add(1))
+		t.Cleanup(func() { dropSchema(t, dsn, schema) })
+		store, err = postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
+	default:
+		err = fmt.Errorf("no store %q", kind)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +95,19 @@ func newTestServer(t testing.TB, opts Options, defs ...reprise.Definition) *test
 		store.Close()
 	})
 	return &testServer{e: e, c: c, url: hs.URL, token: opts.Token, handle: h}
+}
+
+// dropSchema drops a test's PostgreSQL schema.
+func dropSchema(t testing.TB, dsn, schema string) {
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		t.Error(err)
+	}
 }
 
 // call sends a raw request and returns the status and body.

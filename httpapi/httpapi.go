@@ -27,7 +27,7 @@ import (
 // Options configure the handler. The zero value works.
 type Options struct {
 	// Token, when set, is the bearer token every request but GET /healthz
-	// must carry (Authorization: Bearer TOKEN). A request without it is
+	// and GET /v1/openapi.json must carry (Authorization: Bearer TOKEN). A request without it is
 	// answered 401 from its headers alone: its body is never read, and its
 	// connection is closed. Default: none, no auth.
 	Token string
@@ -44,9 +44,17 @@ type Options struct {
 	MaxWait time.Duration
 	// Logger receives the handler's logs (internal errors). Default: none.
 	Logger *slog.Logger
-	// Caller runs the HTTP steps registered through POST /v1/steps.
-	// Default: httpstep.New with its defaults.
+	// Caller runs the HTTP steps registered through POST /v1/steps, and
+	// checks their URLs when they are registered (Caller.CheckTarget).
+	// Default: httpstep.New with AllowHosts set to AllowStepHosts.
 	Caller *httpstep.Caller
+	// AllowStepHosts limits the targets of HTTP steps, at registration
+	// and at every connection, as httpstep.Options.AllowHosts says (CIDRs,
+	// addresses, host names, *.domain patterns). It configures the
+	// default Caller: with Caller set, give the list in its options
+	// instead. Default: none; any target but a link-local, multicast or
+	// unspecified address.
+	AllowStepHosts []string
 	// Steps names steps registered in Go on the engine that may be started
 	// as one-step runs ({"step": NAME}) and are listed by GET /v1/steps.
 	// Default: none.
@@ -67,7 +75,8 @@ type api struct {
 	urls  map[stepVersion]string // the URLs of HTTP steps' versions read
 }
 
-// NewHandler returns the API of engine e: /v1/..., /metrics and /healthz.
+// NewHandler returns the API of engine e: /v1/..., /metrics and /healthz,
+// as its contract, openapi.json, says.
 // The engine must be running (Engine.Run) for runs to make progress. It
 // reads the steps registered through the API from e's store (for up to
 // 30 s) and registers them on e, so that their runs go on (steps.go).
@@ -91,11 +100,13 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	if a.caller == nil {
-		c, err := httpstep.New(httpstep.Options{})
+		c, err := httpstep.New(httpstep.Options{AllowHosts: opts.AllowStepHosts})
 		if err != nil {
 			return nil, err
 		}
 		a.caller = c
+	} else if len(opts.AllowStepHosts) > 0 {
+		return nil, errors.New("httpapi: AllowStepHosts configures the default Caller; with Caller set, give AllowHosts in its httpstep.Options")
 	}
 	for _, name := range opts.Steps {
 		if err := a.addGoStep(name); err != nil {
@@ -127,6 +138,7 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	route("/v1/tasks/{id}/heartbeat", map[string]http.HandlerFunc{"POST": a.heartbeat})
 	route("/metrics", map[string]http.HandlerFunc{"GET": a.serveMetrics})
 	route("/healthz", map[string]http.HandlerFunc{"GET": healthz})
+	route("/v1/openapi.json", map[string]http.HandlerFunc{"GET": serveOpenAPI})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, notFound("no endpoint %s", r.URL.Path))
 	})
@@ -237,12 +249,16 @@ func hashTokens(token string, more []string) ([][sha256.Size]byte, error) {
 	return hashes, errors.Join(errs...)
 }
 
-// authenticate requires a token on every path but /healthz, from the
-// request's headers alone.
+// public are the paths served without a token: the health check, and
+// the contract, which is the repository's and tells nothing of the server.
+var public = map[string]bool{"/healthz": true, "/v1/openapi.json": true}
+
+// authenticate requires a token on every path but the public ones, from
+// the request's headers alone.
 func (a *api) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.metrics.requests.Add(1)
-		if len(a.tokens) == 0 || r.URL.Path == "/healthz" || a.authorized(r.Header.Get("Authorization")) {
+		if len(a.tokens) == 0 || public[r.URL.Path] || a.authorized(r.Header.Get("Authorization")) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -233,6 +233,11 @@ func (a *api) registerStep(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	policy, p := checkStep(&req)
+	if p == nil && req.Kind == KindHTTP {
+		if err := a.caller.CheckTarget(r.Context(), req.URL); err != nil {
+			p = invalid("url", "%v", err)
+		}
+	}
 	if p == nil && a.isGoStep(req.Name) {
 		p = conflict("name", "step %q is a Go step of this server; it cannot be registered or replaced through the API", req.Name)
 	}

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/go-json-experiment/json/jsontext"
+
 	"reprise"
 	"reprise/httpstep"
 	"reprise/retry"
@@ -16,7 +19,9 @@ import (
 
 // claimRequest is the body of POST /v1/tasks/claim.
 type claimRequest struct {
-	Worker string   `json:"worker"`
+	// Worker names the worker in the history (AttemptStarted); absent
+	// or empty, the connection's remote address names it (pullWorker).
+	Worker string   `json:"worker,omitempty"`
 	Steps  []string `json:"steps"`
 	// Max is how many tasks to take at most: 1 (default) to maxClaim.
 	Max int `json:"max,omitempty"`
@@ -75,6 +80,9 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	if req.Worker == "" {
+		req.Worker = pullWorker(r)
+	}
 	wait, p := a.checkClaim(&req)
 	var err error
 	if p == nil {
@@ -106,9 +114,15 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// pullWorker names a worker that does not name itself: "pull@" and the
+// address its connection comes from ("pull@10.0.0.7:51234").
+func pullWorker(r *http.Request) string {
+	return "pull@" + r.RemoteAddr
+}
+
 // checkClaim validates a claim, fills its defaults and returns its wait.
 func (a *api) checkClaim(req *claimRequest) (time.Duration, *Problem) {
-	if req.Worker == "" || len(req.Worker) > 200 {
+	if len(req.Worker) > 200 {
 		return 0, invalid("worker", "worker must name the worker in 1 to 200 characters")
 	}
 	if len(req.Steps) == 0 {
@@ -163,15 +177,77 @@ func (a *api) readTaskWrite(w http.ResponseWriter, r *http.Request, req tokened)
 	return id, true
 }
 
-// taskError answers an error of the engine about task id.
+// refused reports whether the engine refused a worker's write about a
+// task: a stale token, a lapsed lease, or a task that is gone.
+func refused(err error) bool {
+	return errors.Is(err, reprise.ErrLeaseLost) || errors.Is(err, reprise.ErrNotFound) || errors.Is(err, reprise.ErrRunFinished)
+}
+
+// recorded tells what a write about task id with token that the engine
+// refused is. It returns nil when the write repeats one already recorded:
+// the store kept the attempt the claim started with that token (the
+// engine's ClaimTasks asks it to), and that attempt's event in its run's
+// history is one that same says (a worker whose answer was lost sends its
+// result again). Otherwise it returns reprise.ErrNotFound for a task that
+// no claim handed out and that is no task now, or reprise.ErrLeaseLost.
+// same is nil for a write that records nothing (a heartbeat).
+func (a *api) recorded(ctx context.Context, id, token int64, same func(*reprise.Event) bool) error {
+	store := a.e.Store()
+	attempts, err := store.TaskAttemptList(ctx, &reprise.TaskAttemptListParams{TaskID: id})
+	if err != nil {
+		return err
+	}
+	if len(attempts) == 0 {
+		// No pull worker claimed it: a task of the engine's own, or none.
+		if _, err := store.TaskGet(ctx, id); err != nil {
+			return err // ErrNotFound for none
+		}
+		return reprise.ErrLeaseLost
+	}
+	for _, at := range attempts {
+		if at.Token != token || same == nil {
+			continue
+		}
+		events, err := store.HistoryList(ctx, &reprise.HistoryListParams{RunID: at.RunID})
+		if err != nil {
+			return err
+		}
+		for i := range events {
+			e := &events[i]
+			if e.Execution == at.Execution && e.Position == at.Position && e.Attempt == at.Attempt && same(e) {
+				return nil
+			}
+		}
+	}
+	return reprise.ErrLeaseLost
+}
+
+// taskError answers an error about task id: 404 for a task that never
+// was, 409 for a stale write.
 func (a *api) taskError(w http.ResponseWriter, r *http.Request, id int64, err error) {
-	if errors.Is(err, reprise.ErrLeaseLost) || errors.Is(err, reprise.ErrNotFound) || errors.Is(err, reprise.ErrRunFinished) {
+	switch {
+	case errors.Is(err, reprise.ErrNotFound):
+		writeProblem(w, notFound("no task %d", id))
+	case refused(err):
 		a.metrics.leaseConflicts.Add(1)
 		writeProblem(w, &Problem{Type: ProblemLeaseLost, Title: "Conflict", Status: http.StatusConflict,
-			Detail: fmt.Sprintf("task %d: the token is stale or the lease has lapsed; the result was not recorded", id)})
-		return
+			Detail: fmt.Sprintf("task %d: the token is stale, the lease has lapsed, or the attempt ended with another result; "+
+				"this one was not recorded", id)})
+	default:
+		a.internal(w, r, err)
 	}
-	a.internal(w, r, err)
+}
+
+// sameJSON reports whether two JSON values are equal as JSON: compared
+// in the canonical form of RFC 8785 (members in order, numbers as IEEE
+// doubles print), since a store may keep a value in another form than it
+// was sent in.
+func sameJSON(x, y json.RawMessage) bool {
+	cx, cy := jsontext.Value(bytes.Clone(x)), jsontext.Value(bytes.Clone(y))
+	if cx.Canonicalize() != nil || cy.Canonicalize() != nil {
+		return bytes.Equal(x, y)
+	}
+	return bytes.Equal(cx, cy)
 }
 
 // completeRequest is the body of POST /v1/tasks/{id}/complete.
@@ -186,11 +262,22 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if err := a.e.CompleteTask(r.Context(), id, req.Token, req.Output); err != nil {
+	if len(req.Output) == 0 {
+		req.Output = json.RawMessage("null")
+	}
+	err := a.e.CompleteTask(r.Context(), id, req.Token, req.Output)
+	if err == nil {
+		a.metrics.tasksCompleted.Add(1)
+	} else if refused(err) {
+		// The same completion again, its first answer lost: the same answer.
+		err = a.recorded(r.Context(), id, req.Token, func(e *reprise.Event) bool {
+			return e.Type == reprise.EventStepCompleted && sameJSON(e.Output, req.Output)
+		})
+	}
+	if err != nil {
 		a.taskError(w, r, id, err)
 		return
 	}
-	a.metrics.tasksCompleted.Add(1)
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "status": "completed"})
 }
 
@@ -211,11 +298,20 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	if err := a.e.FailTask(r.Context(), id, req.Token, attemptErr); err != nil {
+	err := a.e.FailTask(r.Context(), id, req.Token, attemptErr)
+	if err == nil {
+		a.metrics.tasksFailed.Add(1)
+	} else if refused(err) {
+		// The same failure again, its first answer lost: the same answer.
+		err = a.recorded(r.Context(), id, req.Token, func(e *reprise.Event) bool {
+			return e.Type == reprise.EventAttemptFailed && e.Error != nil &&
+				e.Error.Type == req.Error.Type && e.Error.Message == req.Error.Message
+		})
+	}
+	if err != nil {
 		a.taskError(w, r, id, err)
 		return
 	}
-	a.metrics.tasksFailed.Add(1)
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "status": "failed"})
 }
 
@@ -248,6 +344,9 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	t, err := a.e.HeartbeatTask(r.Context(), id, req.Token)
+	if refused(err) {
+		err = a.recorded(r.Context(), id, req.Token, nil)
+	}
 	if err != nil {
 		a.taskError(w, r, id, err)
 		return

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -154,7 +155,8 @@ func TestPullTasks(t *testing.T) {
 		status     int
 		field      string
 	}{
-		{"/v1/tasks/claim", `{"steps":["work"]}`, 400, "worker"},
+		{"/v1/tasks/claim", `{"worker":"` + strings.Repeat("w", 201) + `","steps":["work"]}`, 400, "worker"},
+		{"/v1/tasks/claim", `{"worker":7,"steps":["work"]}`, 400, "worker"},
 		{"/v1/tasks/claim", `{"worker":"w"}`, 400, "steps"},
 		{"/v1/tasks/claim", `{"worker":"w","steps":["nope"]}`, 400, "steps.0"},
 		{"/v1/tasks/claim", `{"worker":"w","steps":["work","web"]}`, 400, "steps.1"},
@@ -165,16 +167,135 @@ func TestPullTasks(t *testing.T) {
 		{"/v1/tasks/x/complete", `{"token":1}`, 400, "id"},
 		{"/v1/tasks/1/complete", `{}`, 400, "token"},
 		{"/v1/tasks/1/complete", `{"token":"1"}`, 400, "token"},
-		{"/v1/tasks/999/complete", `{"token":1}`, 409, ""},
+		{"/v1/tasks/999/complete", `{"token":1}`, 404, ""},
 		{"/v1/tasks/1/fail", `{"token":1}`, 400, "error"},
 		{"/v1/tasks/1/fail", `{"token":1,"error":{"message":"x"}}`, 400, "error.type"},
 		{"/v1/tasks/1/fail", `{"token":1,"error":{"type":"X","retry_after_ms":-1}}`, 400, "error.retry_after_ms"},
 		{"/v1/tasks/1/fail", `{"token":1,"error":{"type":"X","retryable":"yes"}}`, 400, "error.retryable"},
-		{"/v1/tasks/999/fail", `{"token":1,"error":{"type":"X"}}`, 409, ""},
+		{"/v1/tasks/999/fail", `{"token":1,"error":{"type":"X"}}`, 404, ""},
 		{"/v1/tasks/1/heartbeat", `{"token":0}`, 400, "token"},
-		{"/v1/tasks/999/heartbeat", `{"token":1}`, 409, ""},
+		{"/v1/tasks/999/heartbeat", `{"token":1}`, 404, ""},
 		{"/v1/tasks/0/heartbeat", `{"token":1}`, 400, "id"},
 	} {
 		s.wantProblem(t, "POST", c.path, c.body, c.status, c.field)
+	}
+}
+
+// TestPullWrites checks a claim without a worker's name, and that a worker
+// that sends a completion or a failure again, with the same token and the
+// same result (its first answer lost), gets the same answer, while another
+// result, an old token or a task that never was do not.
+func TestPullWrites(t *testing.T) {
+	t.Parallel()
+	for _, kind := range testStores() {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			testPullWrites(t, kind)
+		})
+	}
+}
+
+func testPullWrites(t *testing.T, kind string) {
+	s := newTestServerOn(t, kind, Options{})
+	ctx := t.Context()
+	if err := s.c.RegisterStep(ctx, Step{Name: "work", Kind: KindPull, Policy: "[retry: 3, backoff: 10ms]"}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func() Task {
+		t.Helper()
+		status, body := s.call(t, "POST", "/v1/tasks/claim", `{"steps":["work"],"wait":"10s"}`)
+		var out claimList
+		if err := json.Unmarshal(body, &out); status != 200 || err != nil || len(out.Tasks) != 1 {
+			t.Fatalf("claim: %d %s", status, body)
+		}
+		return out.Tasks[0]
+	}
+	write := func(task Task, verb, body string, want int) {
+		t.Helper()
+		path := fmt.Sprintf("/v1/tasks/%d/%s", task.ID, verb)
+		if status, b := s.call(t, "POST", path, body); status != want {
+			t.Errorf("POST %s %s: %d %s, want %d", path, body, status, b, want)
+		}
+	}
+	tok := func(task Task, rest string) string {
+		if rest == "" {
+			return fmt.Sprintf(`{"token":%d}`, task.Token)
+		}
+		return fmt.Sprintf(`{"token":%d,%s}`, task.Token, rest)
+	}
+
+	if _, _, err := s.c.StartStep(ctx, "work", json.RawMessage(`{"x":1}`), "w1"); err != nil {
+		t.Fatal(err)
+	}
+	first := claim()
+	busy := `"error":{"type":"Busy","message":"later","retryable":true}`
+	write(first, "fail", tok(first, busy), 200)
+	write(first, "fail", tok(first, busy), 200)                                                         // again
+	write(first, "fail", tok(first, `"error":{"type":"Busy","message":"other","retryable":true}`), 409) // not the same
+	second := claim()
+	if second.ID != first.ID || second.Attempt != 2 {
+		t.Fatalf("second claim: %+v after %+v", second, first)
+	}
+	write(first, "fail", tok(first, busy), 200) // again, after the retry was claimed
+	write(first, "heartbeat", tok(first, ""), 409)
+	write(second, "complete", tok(second, `"output":{"a":1,"b":[1,2]}`), 200)
+	write(second, "complete", tok(second, `"output":{ "b": [1, 2], "a": 1.0 }`), 200) // the same JSON
+	write(second, "complete", tok(second, `"output":{"a":2}`), 409)
+	write(first, "complete", tok(first, `"output":{"a":1,"b":[1,2]}`), 409) // attempt 1 failed
+	write(second, "fail", tok(second, busy), 409)
+	write(second, "heartbeat", tok(second, ""), 409)
+	if run := s.waitRun(t, "w1"); run.Status != reprise.RunCompleted || string(run.Output) != `{"a":1,"b":[1,2]}` {
+		t.Errorf("run: %+v", run)
+	}
+	events, err := s.c.History(ctx, "w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var workers []string
+	failed, completed := 0, 0
+	for _, e := range events {
+		switch e.Type {
+		case reprise.EventAttemptStarted:
+			workers = append(workers, e.Worker)
+		case reprise.EventAttemptFailed:
+			failed++
+		case reprise.EventStepCompleted:
+			completed++
+		}
+	}
+	if len(workers) != 2 || !strings.HasPrefix(workers[0], "pull@127.0.0.1:") || failed != 1 || completed != 1 {
+		t.Errorf("history: workers %q, %d failed, %d completed, want 2 workers pull@ADDR, 1, 1", workers, failed, completed)
+	}
+
+	// A failure for good, sent twice.
+	if _, _, err := s.c.StartStep(ctx, "work", nil, "w2"); err != nil {
+		t.Fatal(err)
+	}
+	task := claim()
+	write(task, "fail", tok(task, `"error":{"type":"Invalid"}`), 200)
+	write(task, "fail", tok(task, `"error":{"type":"Invalid"}`), 200)
+	write(task, "complete", tok(task, `"output":null`), 409)
+	if run := s.waitRun(t, "w2"); run.Status != reprise.RunFailed {
+		t.Errorf("run: %+v", run)
+	}
+	// A completion without output is null, again.
+	if _, _, err := s.c.StartStep(ctx, "work", nil, "w3"); err != nil {
+		t.Fatal(err)
+	}
+	task = claim()
+	write(task, "complete", fmt.Sprintf(`{"token":%d}`, task.Token), 200)
+	write(task, "complete", tok(task, `"output":null`), 200)
+
+	// No such task: 404 for every write.
+	gone := Task{ID: task.ID + 1000, Token: 1}
+	write(gone, "complete", tok(gone, `"output":null`), 404)
+	write(gone, "fail", tok(gone, `"error":{"type":"X"}`), 404)
+	write(gone, "heartbeat", tok(gone, ""), 404)
+
+	status, body := s.call(t, "GET", "/metrics", "")
+	for _, want := range []string{"reprise_api_tasks_completed_total 2\n", "reprise_api_tasks_failed_total 2\n"} {
+		if status != 200 || !strings.Contains(string(body), want) {
+			t.Errorf("metrics: want %q in %s", want, body)
+		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/textproto"
 	"net/url"
@@ -48,6 +49,11 @@ const (
 	TypeResponseTooLarge = "ResponseTooLarge"
 	// TypeInvalidRequest: the URL or the step's input cannot be sent. Permanent.
 	TypeInvalidRequest = "InvalidRequest"
+	// TypeTargetRefused: the URL, a redirect, or an address one of them
+	// resolves to is one the Caller does not call (a link-local,
+	// multicast or unspecified address, or one outside
+	// Options.AllowHosts). Permanent.
+	TypeTargetRefused = "TargetRefused"
 )
 
 const (
@@ -88,10 +94,29 @@ type Request struct {
 // Options configure a Caller. The zero value works.
 type Options struct {
 	// Transport sends the requests. Default: a clone of
-	// http.DefaultTransport (proxy from the environment, 30 s dial timeout,
-	// keep-alives) keeping DefaultMaxIdleConnsPerHost idle connections per
-	// host.
+	// http.DefaultTransport (30 s dial timeout, keep-alives) without a
+	// proxy, whose dialer checks the address of every connection (see
+	// AllowHosts), keeping DefaultMaxIdleConnsPerHost idle connections per
+	// host. A Transport given here makes its own connections: the
+	// Caller still checks the scheme and host of the URL and of every
+	// redirect (an address given as the host, the host names of
+	// AllowHosts), but the addresses a host name resolves to are the
+	// Transport's to check.
 	Transport http.RoundTripper
+	// AllowHosts, when not empty, limits the targets of calls, redirects
+	// included. Each entry is a CIDR ("10.0.0.0/8", "fd00::/8"), an address
+	// (one host), a host name ("api.example.com", matched exactly, case
+	// aside), or a pattern "*.example.com" (any name ending in
+	// ".example.com", at any depth; not "example.com" itself). A target
+	// whose host name is listed is called wherever it resolves; any other
+	// must resolve only to addresses inside a listed CIDR. Link-local,
+	// multicast and unspecified addresses are refused whatever the list
+	// says. Default: none; every target but those addresses.
+	AllowHosts []string
+	// Resolver looks up the addresses of the host names of targets, in
+	// CheckTarget and for each connection of the default Transport.
+	// Default: net.DefaultResolver.
+	Resolver Resolver
 	// MaxResponseBytes limits a 2xx response body; a larger one fails the
 	// attempt with the permanent TypeResponseTooLarge. Default:
 	// DefaultMaxResponseBytes (1 MiB). Negative is an error.
@@ -123,6 +148,8 @@ type Caller struct {
 	maxBytes     int64
 	maxRedirects int
 	now          func() time.Time
+	allow        allowList
+	resolver     Resolver
 }
 
 // New returns a Caller with opts' defaults filled in, or every problem with
@@ -136,6 +163,10 @@ func New(opts Options) (*Caller, error) {
 	if err != nil {
 		errs = append(errs, err)
 	}
+	allow, err := parseAllowList(opts.AllowHosts)
+	if err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("httpstep options: %w", err)
 	}
@@ -145,6 +176,8 @@ func New(opts Options) (*Caller, error) {
 		maxBytes:     cmp.Or(opts.MaxResponseBytes, DefaultMaxResponseBytes),
 		maxRedirects: max(cmp.Or(opts.MaxRedirects, DefaultMaxRedirects), 0),
 		now:          opts.Now,
+		allow:        allow,
+		resolver:     opts.Resolver,
 	}
 	c.header.Set("Content-Type", "application/json")
 	if c.header.Get("Accept") == "" {
@@ -154,9 +187,15 @@ func New(opts Options) (*Caller, error) {
 	if c.now == nil {
 		c.now = time.Now
 	}
+	if c.resolver == nil {
+		c.resolver = net.DefaultResolver
+	}
 	c.client.Transport = opts.Transport
 	if c.client.Transport == nil {
+		// No proxy: the dialer must see the step's own address.
 		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.Proxy = nil
+		t.DialContext = c.dial
 		t.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
 		c.client.Transport = t
 	}
@@ -215,37 +254,22 @@ func validHeaderValue(s string) bool {
 }
 
 // checkRedirect follows 307 and 308 only, and at most maxRedirects of them;
-// otherwise the redirect response itself is the outcome.
+// otherwise the redirect response itself is the outcome. A redirect to a
+// target the Caller does not call is refused (the dialer checks the
+// addresses of a host name).
 func (c *Caller) checkRedirect(req *http.Request, via []*http.Request) error {
 	code := req.Response.StatusCode
 	if len(via) > c.maxRedirects || (code != http.StatusTemporaryRedirect && code != http.StatusPermanentRedirect) {
 		return http.ErrUseLastResponse
+	}
+	if err := c.allow.checkHost(req.URL); err != nil {
+		return refuse("redirect to %s: %v", where(req.URL), err)
 	}
 	return nil
 }
 
 // CloseIdleConnections closes the pooled connections that are idle.
 func (c *Caller) CloseIdleConnections() { c.client.CloseIdleConnections() }
-
-// CheckURL reports whether raw can be an HTTP step's URL: absolute, http or
-// https, with a host.
-func CheckURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return err
-	}
-	return checkURL(u)
-}
-
-func checkURL(u *url.URL) error {
-	switch {
-	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("url %q: scheme must be http or https", u.Redacted())
-	case u.Host == "":
-		return fmt.Errorf("url %q: no host", u.Redacted())
-	}
-	return nil
-}
 
 // Call runs one attempt of an HTTP step: it POSTs req to rawURL and returns
 // the step's output, or an error classified as SPEC §4 says (see the Type
@@ -274,6 +298,9 @@ func (c *Caller) Call(ctx context.Context, rawURL string, req *Request) (json.Ra
 	}
 	if err != nil {
 		return nil, &retry.Error{Type: TypeInvalidRequest, Message: err.Error()}
+	}
+	if err := c.allow.checkHost(hreq.URL); err != nil {
+		return nil, fmt.Errorf("post %s: %w", where(hreq.URL), &retry.Error{Type: TypeTargetRefused, Message: err.Error()})
 	}
 	out, err := c.exchange(ctx, hreq, req)
 	if err != nil {
@@ -356,6 +383,10 @@ func (c *Caller) statusError(resp *http.Response, typ string, retryable bool) *r
 // response arrived.
 func interrupted(ctx context.Context, err error) error {
 	if ctx.Err() == nil {
+		var refused *refusal
+		if errors.As(err, &refused) {
+			return &retry.Error{Type: TypeTargetRefused, Message: refused.Error()}
+		}
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
 			err = uerr.Err // its message repeats the URL

@@ -656,6 +656,15 @@ func TestCheckURL(t *testing.T) {
 		"http://":                       false,
 		"":                              false,
 		"http://a b/":                   false,
+		"http://10.0.0.1:8080/step":     true,
+		"http://[::1]:8080/step":        true,
+		"http://metadata.test/":         true, // not resolved
+		"http://169.254.169.254/":       false,
+		"http://[fe80::1%25eth0]/":      false,
+		"http://[::ffff:a9fe:a9fe]/":    false,
+		"http://0.0.0.0:8080/":          false,
+		"http://[::]:8080/":             false,
+		"http://239.1.2.3/":             false,
 	} {
 		if err := CheckURL(raw); (err == nil) != ok {
 			t.Errorf("CheckURL(%q) = %v, want ok %v", raw, err, ok)
@@ -667,6 +676,7 @@ func TestNewRejectsOptions(t *testing.T) {
 	t.Parallel()
 	_, err := New(Options{
 		MaxResponseBytes: -1,
+		AllowHosts:       []string{"10.0.0.0/8", "10.0.0.0/33"},
 		Header: http.Header{
 			"Idempotency-Key": {"x"},
 			"content-type":    {"text/plain"},
@@ -678,7 +688,8 @@ func TestNewRejectsOptions(t *testing.T) {
 		t.Fatal("New accepted bad options")
 	}
 	for _, m := range []string{"max response bytes -1 is negative", "Idempotency-Key is set by the caller",
-		"Content-Type is set by the caller", `"Bad Name" is not a valid token`, "X-Split: value holds a control character"} {
+		"Content-Type is set by the caller", `"Bad Name" is not a valid token`, "X-Split: value holds a control character",
+		`allowed host "10.0.0.0/33" is not a CIDR`} {
 		if !strings.Contains(err.Error(), m) {
 			t.Errorf("error %q lacks %q", err, m)
 		}

@@ -154,12 +154,50 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 			}
 		}
 		a.queueEvents(&tx.writes)
+		if p.Keep && len(tasks) > 0 {
+			queueKeep(&tx.writes, tasks)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	return tasks, nil
+}
+
+// queueKeep adds to b the statement that keeps the attempts of tasks
+// (TaskClaimParams.Keep).
+func queueKeep(b *pgx.Batch, tasks []*reprise.Task) {
+	n := len(tasks)
+	ids, tokens, runs := make([]int64, n), make([]int64, n), make([]string, n)
+	executions, positions, attempts := make([]int32, n), make([]int32, n), make([]int32, n)
+	for i, t := range tasks {
+		ids[i], tokens[i], runs[i] = t.ID, t.Token, t.RunID
+		executions[i], positions[i], attempts[i] = int32(t.Execution), int32(t.Position), int32(t.Attempt)
+	}
+	markMergeable(b.Queue(`
+		INSERT INTO reprise_attempt (task_id, token, run_id, execution, position, attempt)
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[], $6::int[])`,
+		ids, tokens, runs, executions, positions, attempts))
+}
+
+// TaskAttemptList returns the kept attempts of a task, by token.
+func (s *Store) TaskAttemptList(ctx context.Context, p *reprise.TaskAttemptListParams) ([]reprise.TaskAttempt, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT task_id, token, run_id, execution, position, attempt FROM reprise_attempt
+		WHERE task_id = $1 ORDER BY token`, p.TaskID)
+	if err == nil {
+		var attempts []reprise.TaskAttempt
+		attempts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.TaskAttempt, error) {
+			var a reprise.TaskAttempt
+			err := row.Scan(&a.TaskID, &a.Token, &a.RunID, &a.Execution, &a.Position, &a.Attempt)
+			return a, err
+		})
+		if err == nil {
+			return attempts, nil
+		}
+	}
+	return nil, fmt.Errorf("list attempts of task %d: %w", p.TaskID, err)
 }
 
 // TaskGet returns a task as it stands, or ErrNotFound once it is done or

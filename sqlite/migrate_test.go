@@ -113,7 +113,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 // the rows of single events that version 1 wrote.
 func TestMigrateFromVersion1(t *testing.T) {
 	t.Parallel()
-	const version = 6
+	const version = 7
 	if v := sqlite.SchemaVersion(); v != version {
 		t.Fatalf("SchemaVersion = %d, want %d", v, version)
 	}
@@ -154,7 +154,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("RunGet = %+v, %v", run, err)
 	}
 	tasks, err := s.TaskClaim(t.Context(), &reprise.TaskClaimParams{
-		Owner: "w", Steps: []reprise.StepQuota{{Name: "charge", Limit: 1}}, LeaseTTL: time.Minute,
+		Owner: "w", Steps: []reprise.StepQuota{{Name: "charge", Limit: 1}}, LeaseTTL: time.Minute, Keep: true,
 	})
 	if err != nil || len(tasks) != 1 || tasks[0].Attempt != 1 || tasks[0].Base != 0 || tasks[0].Lapses != 0 {
 		t.Fatalf("TaskClaim = %+v, %v; want the old task as attempt 1", tasks, err)

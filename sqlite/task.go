@@ -155,6 +155,14 @@ func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*r
 			return nil, err
 		}
 		last[t.RunID]++
+		if p.Keep {
+			_, err := tx.exec(`
+				INSERT INTO attempts (task_id, token, run_id, execution, position, attempt) VALUES (?, ?, ?, ?, ?, ?)`,
+				t.ID, t.Token, t.RunID, t.Execution, t.Position, t.Attempt)
+			if err != nil {
+				return nil, err
+			}
+		}
 	}
 	return tasks, nil
 }
@@ -174,6 +182,33 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 		return nil, fmt.Errorf("get task %d: %w", id, err)
 	}
 	return task, nil
+}
+
+// TaskAttemptList returns the kept attempts of a task, by token.
+func (s *Store) TaskAttemptList(ctx context.Context, p *reprise.TaskAttemptListParams) ([]reprise.TaskAttempt, error) {
+	var attempts []reprise.TaskAttempt
+	err := s.read(ctx, func(tx *txn) error {
+		attempts = attempts[:0]
+		rows, err := tx.query(`
+			SELECT task_id, token, run_id, execution, position, attempt FROM attempts
+			WHERE task_id = ? ORDER BY token`, p.TaskID)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var a reprise.TaskAttempt
+			if err := rows.Scan(&a.TaskID, &a.Token, &a.RunID, &a.Execution, &a.Position, &a.Attempt); err != nil {
+				return err
+			}
+			attempts = append(attempts, a)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list attempts of task %d: %w", p.TaskID, err)
+	}
+	return attempts, nil
 }
 
 // TaskHeartbeat extends a live lease to now+LeaseTTL, never past the

@@ -42,6 +42,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) reprise.Sto
 	t.Run("HistoryList", func(t *testing.T) { t.Parallel(); testHistoryList(t, open) })
 	t.Run("TaskClaim", func(t *testing.T) { t.Parallel(); testTaskClaim(t, open) })
 	t.Run("TaskGet", func(t *testing.T) { t.Parallel(); testTaskGet(t, open) })
+	t.Run("TaskAttemptList", func(t *testing.T) { t.Parallel(); testTaskAttemptList(t, open) })
 	t.Run("TaskHeartbeat", func(t *testing.T) { t.Parallel(); testTaskHeartbeat(t, open) })
 	t.Run("TaskComplete", func(t *testing.T) { t.Parallel(); testTaskComplete(t, open) })
 	t.Run("TaskFail", func(t *testing.T) { t.Parallel(); testTaskFail(t, open) })

@@ -17,6 +17,7 @@ import (
 
 	"reprise"
 	"reprise/httpapi"
+	"reprise/httpstep"
 	"reprise/postgres"
 )
 
@@ -40,6 +41,7 @@ type serverConfig struct {
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxConns          int
+	allowStepHosts    []string
 	workerID          string
 }
 
@@ -49,7 +51,7 @@ type serverConfig struct {
 func serverMain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T]... [--lease-ttl D] [--writers N]\n"+
 		"       [--max-body BYTES] [--max-conns N] [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]\n"+
-		"       [--worker-id ID]")
+		"       [--worker-id ID] [--allow-step-hosts HOSTS]...")
 	var c serverConfig
 	var tokens tokenList
 	fs.StringVar(&c.db, "db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
@@ -63,6 +65,7 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "time a client has to send a whole request, headers and body")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 90*time.Second, fmt.Sprintf("time from a request's headers to the end of its answer; more than a long-poll's longest wait (%v)", longPollMax))
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive connection may wait for its next request")
+	fs.Var((*hostList)(&c.allowStepHosts), "allow-step-hosts", "the only `HOSTS` HTTP steps may call: CIDRs, addresses, host names and *.domain patterns, comma-separated; repeat it to add more (default: any but link-local, multicast and unspecified addresses)")
 	fs.StringVar(&c.workerID, "worker-id", os.Getenv("REPRISE_WORKER_ID"), "the engine's `ID` in leases and history, one live engine per id; restarted under the id of one that crashed, it takes that one's work back at once (default $REPRISE_WORKER_ID, else host-pid-random)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
@@ -95,6 +98,17 @@ type tokenList []string
 func (l *tokenList) String() string { return fmt.Sprintf("%d tokens", len(*l)) }
 
 func (l *tokenList) Set(v string) error {
+	*l = append(*l, strings.Split(v, ",")...)
+	return nil
+}
+
+// hostList is the --allow-step-hosts flag: each value holds one entry or
+// several, separated by commas.
+type hostList []string
+
+func (l *hostList) String() string { return strings.Join(*l, ",") }
+
+func (l *hostList) Set(v string) error {
 	*l = append(*l, strings.Split(v, ",")...)
 	return nil
 }
@@ -139,6 +153,9 @@ func (c *serverConfig) check() error {
 	}
 	if c.maxBody <= 0 {
 		errs = append(errs, fmt.Errorf("--max-body %d must be positive", c.maxBody))
+	}
+	if _, err := httpstep.New(httpstep.Options{AllowHosts: c.allowStepHosts}); err != nil {
+		errs = append(errs, fmt.Errorf("--allow-step-hosts: %w", err))
 	}
 	if c.maxConns <= 0 {
 		errs = append(errs, fmt.Errorf("--max-conns %d must be positive", c.maxConns))
@@ -189,7 +206,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	}
 	demoSteps := []string{reserveStep.Name(), chargeStep.Name(), shipStep.Name(), refundStep.Name(), releaseStep.Name()}
 	h, err := httpapi.NewHandler(e, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
-		Logger: logger, Steps: demoSteps})
+		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts})
 	if err != nil {
 		return err
 	}
