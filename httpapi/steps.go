@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"reprise"
 	"reprise/httpstep"
+	"reprise/internal/redact"
 	"reprise/retry"
 )
 
@@ -58,7 +58,8 @@ type Step struct {
 	// Version is the version of the step's definition (from 1; each
 	// registration that changes it adds one); 0 for a Go step.
 	Version int `json:"version,omitempty"`
-	// URL is an HTTP step's, with any password in it shown as "xxxxx".
+	// URL is an HTTP step's, with its credentials (userinfo, secret query
+	// values such as token= or api_key=) shown as "xxxxx".
 	URL string `json:"url,omitempty"`
 	// Policy is the step's policy in canonical text form; empty for the
 	// engine's default.
@@ -69,11 +70,8 @@ type Step struct {
 
 // wireStep is a stored definition as the API shows it.
 func wireStep(def *reprise.StepDefinition) *Step {
-	s := &Step{Name: def.Name, Kind: def.Kind, Version: def.Version, URL: def.URL, Policy: def.Policy, CreatedAt: def.CreatedAt}
-	if u, err := url.Parse(s.URL); err == nil {
-		s.URL = u.Redacted()
-	}
-	return s
+	return &Step{Name: def.Name, Kind: def.Kind, Version: def.Version, URL: redact.String(def.URL), Policy: def.Policy,
+		CreatedAt: def.CreatedAt}
 }
 
 // stepVersion names one version of a step.

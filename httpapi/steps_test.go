@@ -309,13 +309,13 @@ func TestStepConflictsAndDeletes(t *testing.T) {
 	}
 }
 
-// TestStepURLPasswordNotShown: a password in a step's URL is used, and
-// never answered.
-func TestStepURLPasswordNotShown(t *testing.T) {
+// TestStepURLSecretsNotShown: the credentials in a step's URL, a password
+// or a query-string token, are used and never answered.
+func TestStepURLSecretsNotShown(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, Options{})
-	_, body := s.call(t, "POST", "/v1/steps", `{"name":"charge","kind":"http","url":"http://user:s3cret@127.0.0.1:1/x"}`)
-	if strings.Contains(string(body), "s3cret") || !strings.Contains(string(body), "user:xxxxx@") {
+	_, body := s.call(t, "POST", "/v1/steps", `{"name":"charge","kind":"http","url":"http://user:s3cret@127.0.0.1:1/x?api_key=t0ps3cret&n=1"}`)
+	if strings.Contains(string(body), "s3cret") || !strings.Contains(string(body), `"http://xxxxx@127.0.0.1:1/x?api_key=xxxxx\u0026n=1"`) {
 		t.Errorf("registration answered %s", body)
 	}
 	for _, path := range []string{"/v1/steps", "/v1/steps/charge", "/v1/steps/charge?version=1"} {
@@ -348,6 +348,7 @@ func TestStepDeletedAndRegisteredAgainElsewhere(t *testing.T) {
 	if _, _, err := b.c.StartStep(ctx, "work", nil, "stale"); err != nil {
 		t.Fatal(err)
 	}
+	b.waitEvent(t, "stale", reprise.EventStepScheduled)
 	events, err := b.c.History(ctx, "stale")
 	if err != nil || len(events) < 2 || events[1].Type != reprise.EventStepScheduled || events[1].Version != 0 {
 		t.Fatalf("history of the run started on the stale server: %v %+v", err, events)

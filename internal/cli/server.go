@@ -18,6 +18,7 @@ import (
 	"reprise"
 	"reprise/httpapi"
 	"reprise/httpstep"
+	"reprise/internal/redact"
 	"reprise/postgres"
 )
 
@@ -85,7 +86,7 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := serve(ctx, stderr, &c); err != nil {
-		fmt.Fprintf(stderr, "reprise server: %s\n", redact(err.Error()))
+		fmt.Fprintf(stderr, "reprise server: %s\n", redact.String(err.Error()))
 		return exitFail
 	}
 	return exitOK
@@ -164,7 +165,7 @@ func (c *serverConfig) check() error {
 		errs = append(errs, fmt.Errorf("--writers %d must not be negative", c.writers))
 	}
 	if c.writers > 0 && !isPostgresURL(c.db) {
-		errs = append(errs, fmt.Errorf("--writers applies to a postgres:// --db, not %q", redact(c.db)))
+		errs = append(errs, fmt.Errorf("--writers applies to a postgres:// --db, not %q", redact.String(c.db)))
 	}
 	if err := checkExposure(c.addr, c.tokens); err != nil {
 		errs = append(errs, err)
@@ -236,7 +237,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	go func() { engineDone <- e.Run(engineCtx) }()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s)\n", ln.Addr(), redact(c.db))
+	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s)\n", ln.Addr(), redact.String(c.db))
 
 	var engineErr error
 	engineStopped := false
