@@ -73,6 +73,10 @@ type Config struct {
 	// being offered again: its workers keep dying. Default: 5; negative
 	// never.
 	PoisonAfter int
+	// Observer hears every attempt, decision and run end as the engine
+	// makes it (see Observer); its methods must be fast and must not
+	// block. Default: none.
+	Observer Observer
 }
 
 // An Engine runs workflows and their steps against a Store.
@@ -402,10 +406,14 @@ func (e *Engine) History(ctx context.Context, id string) ([]Event, error) {
 // attempts are cancelled with cause ErrCancelled and their results
 // rejected. Cancelling a finished run returns ErrRunFinished.
 func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
-	if _, err := e.store.RunCancel(ctx, &RunCancelParams{ID: id, Reason: reason}); err != nil {
+	run, err := e.store.RunCancel(ctx, &RunCancelParams{ID: id, Reason: reason})
+	if err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	e.stopRun(id)
+	if e.cfg.Observer != nil && run != nil {
+		e.cfg.Observer.RunEnded(RunEnd{RunID: id, Workflow: run.Workflow, Status: RunCancelled})
+	}
 	return nil
 }
 

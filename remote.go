@@ -52,6 +52,11 @@ func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, 
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	e.act.Add(int64(len(tasks)))
+	if e.cfg.Observer != nil {
+		for _, t := range tasks {
+			e.cfg.Observer.AttemptStarted(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
+		}
+	}
 	if len(tasks) > 0 {
 		e.kick() // the dispatcher watches the new leases
 	}
@@ -64,9 +69,21 @@ func (e *Engine) CompleteTask(ctx context.Context, taskID, token int64, output j
 	if len(output) == 0 {
 		output = json.RawMessage("null")
 	}
+	var t *Task
+	if e.cfg.Observer != nil {
+		// The observer needs the step and the attempt's start; a task
+		// already gone is reported by the write below.
+		t, _ = e.store.TaskGet(ctx, taskID)
+	}
 	o, err := e.store.TaskComplete(ctx, &TaskCompleteParams{TaskID: taskID, Token: token, Output: output})
 	if err != nil {
+		if t != nil && errors.Is(err, ErrLeaseLost) {
+			e.observeStale(t)
+		}
 		return fmt.Errorf("complete task %d: %w", taskID, err)
+	}
+	if t != nil {
+		e.observeOK(t)
 	}
 	e.deliver(o)
 	return nil
@@ -78,15 +95,25 @@ func (e *Engine) CompleteTask(ctx context.Context, taskID, token int64, output j
 func (e *Engine) FailTask(ctx context.Context, taskID, token int64, err error) error {
 	t, gerr := e.leasedTask(ctx, taskID, token)
 	if gerr != nil {
+		if e.cfg.Observer != nil && errors.Is(gerr, ErrLeaseLost) {
+			e.cfg.Observer.StaleResultRefused(AttemptInfo{})
+		}
 		return gerr
 	}
 	pol, perr := e.decodePolicy(t.Policy)
 	if perr != nil {
 		err = retry.Permanent(perr)
 	}
-	o, serr := e.store.TaskFail(ctx, e.failParams(t, err, pol, false))
+	p := e.failParams(t, err, pol, false)
+	o, serr := e.store.TaskFail(ctx, p)
 	if serr != nil {
+		if errors.Is(serr, ErrLeaseLost) {
+			e.observeStale(t)
+		}
 		return fmt.Errorf("fail task %d: %w", taskID, serr)
+	}
+	if e.cfg.Observer != nil {
+		e.observeFail(t, err, p)
 	}
 	e.deliver(o)
 	return nil

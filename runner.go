@@ -313,6 +313,9 @@ func (r *runner) run(fresh bool) {
 		e.startRunner(RunLease{Token: r.token.Load(), Run: next}, false, false)
 	default:
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
+		if e.cfg.Observer != nil {
+			e.cfg.Observer.RunEnded(RunEnd{RunID: r.id, Workflow: r.workflow.name, Status: finish.Status})
+		}
 		e.deliver(adv.Parent)
 		r.final = r.finalRun(finish, adv.Events)
 		e.runnerDone(r, true)

@@ -518,6 +518,9 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Ta
 		return e.finishAttempt(t, nil, retry.Permanent(err), pol)
 	}
 	start := e.clock.Now()
+	if e.cfg.Observer != nil {
+		e.cfg.Observer.AttemptStarted(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
+	}
 	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey,
 		StepVersion: t.StepVersion}
 	if limit, cause := attemptLimit(pol, t, start); limit > 0 {
@@ -554,6 +557,12 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Ta
 	case errors.Is(cause, ErrShutdown), errors.Is(cause, ErrCancelled), errors.Is(cause, ErrLeaseLost), errors.Is(cause, ErrStepCancelled):
 		// The lease lapses (shutdown) or is already gone: nothing to record.
 		e.log.Debug("attempt abandoned", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "cause", cause)
+		if e.cfg.Observer != nil && (errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrStepCancelled)) {
+			e.cfg.Observer.AttemptEnded(AttemptEnd{
+				AttemptInfo: AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner},
+				Outcome:     OutcomeCancelled, Duration: e.clock.Now().Sub(start),
+			})
+		}
 		return nil
 	}
 	return e.finishAttempt(t, out, err, pol)
@@ -644,16 +653,18 @@ func (b *beat) stop() {
 func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *policy) (next *Task) {
 	var o *Outcome
 	var serr error
+	var p *TaskFailParams
 	if err == nil {
 		if len(out) == 0 {
 			out = json.RawMessage("null")
 		}
 		if e.handOff(t, out) {
+			e.observeOK(t)
 			return nil // the run records it with its next advance
 		}
 		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt})
 	} else {
-		p := e.failParams(t, err, pol, false)
+		p = e.failParams(t, err, pol, false)
 		if p.Retry && p.Delay == 0 && e.canLeaseNext(t) {
 			p.LeaseNext, p.LeaseOwner, p.LeaseTTL = true, e.id, e.cfg.LeaseTTL
 		}
@@ -662,9 +673,17 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *pol
 	switch {
 	case errors.Is(serr, ErrLeaseLost):
 		e.log.Debug("late result rejected", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt)
+		e.observeStale(t)
 	case serr != nil:
 		e.log.Warn("record attempt", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "err", serr)
 	default:
+		if e.cfg.Observer != nil {
+			if p == nil {
+				e.observeOK(t)
+			} else {
+				e.observeFail(t, err, p)
+			}
+		}
 		e.deliver(o)
 		if o.Next == nil {
 			for _, ev := range o.Events {
@@ -801,6 +820,10 @@ func (e *Engine) reap(ctx context.Context) {
 				e.log.Warn("fail expired attempt", "run_id", t.RunID, "err", err)
 			}
 			continue
+		}
+		if e.cfg.Observer != nil {
+			e.cfg.Observer.LeaseLapsed(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
+			e.observeFail(t, retry.NewError(p.Error.Type, p.Error.Message), p)
 		}
 		e.act.Add(1)
 		e.deliver(o)

@@ -20,6 +20,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"reprise"
 	"reprise/httpstep"
 )
@@ -55,6 +57,11 @@ type Options struct {
 	// instead. Default: none; any target but a link-local, multicast or
 	// unspecified address.
 	AllowStepHosts []string
+	// Metrics is the registry the API's counters (reprise_api_*) are
+	// registered on; GET /metrics serves all it holds, so register the
+	// engine's (package metrics) and the runtime's collectors on it too.
+	// Default: a new registry with the API's counters only.
+	Metrics *prometheus.Registry
 	// Steps names steps registered in Go on the engine that may be started
 	// as one-step runs ({"step": NAME}) and are listed by GET /v1/steps.
 	// Default: none.
@@ -98,6 +105,13 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 		urls: make(map[stepVersion]string)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
+	}
+	reg := opts.Metrics
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	if a.metrics, err = newMetrics(reg); err != nil {
+		return nil, fmt.Errorf("httpapi: register metrics: %w", err)
 	}
 	if a.caller == nil {
 		c, err := httpstep.New(httpstep.Options{AllowHosts: opts.AllowStepHosts})
@@ -257,7 +271,7 @@ var public = map[string]bool{"/healthz": true, "/v1/openapi.json": true}
 // the request's headers alone.
 func (a *api) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		a.metrics.requests.Add(1)
+		a.metrics.requests.Inc()
 		if len(a.tokens) == 0 || public[r.URL.Path] || a.authorized(r.Header.Get("Authorization")) {
 			next.ServeHTTP(w, r)
 			return

@@ -101,7 +101,7 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		a.metrics.runsStarted.Add(1)
+		a.metrics.runsStarted.Inc()
 	}
 	w.Header().Set("Location", "/v1/runs/"+run.ID)
 	writeJSON(w, status, wireRun(run))

@@ -263,7 +263,7 @@ func (a *api) registerStep(w http.ResponseWriter, r *http.Request) {
 	status := http.StatusOK
 	if created {
 		status = http.StatusCreated
-		a.metrics.stepsRegistered.Add(1)
+		a.metrics.stepsRegistered.Inc()
 	}
 	w.Header().Set("Location", "/v1/steps/"+s.Name)
 	writeJSON(w, status, s)

@@ -106,7 +106,7 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request) {
 		a.internal(w, r, err)
 		return
 	}
-	a.metrics.tasksClaimed.Add(int64(len(tasks)))
+	a.metrics.tasksClaimed.Add(float64(len(tasks)))
 	out := claimList{Tasks: make([]Task, 0, len(tasks))}
 	for _, t := range tasks {
 		out.Tasks = append(out.Tasks, wireTask(t))
@@ -229,7 +229,7 @@ func (a *api) taskError(w http.ResponseWriter, r *http.Request, id int64, err er
 	case errors.Is(err, reprise.ErrNotFound):
 		writeProblem(w, notFound("no task %d", id))
 	case refused(err):
-		a.metrics.leaseConflicts.Add(1)
+		a.metrics.leaseConflicts.Inc()
 		writeProblem(w, &Problem{Type: ProblemLeaseLost, Title: "Conflict", Status: http.StatusConflict,
 			Detail: fmt.Sprintf("task %d: the token is stale, the lease has lapsed, or the attempt ended with another result; "+
 				"this one was not recorded", id)})
@@ -267,7 +267,7 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request) {
 	}
 	err := a.e.CompleteTask(r.Context(), id, req.Token, req.Output)
 	if err == nil {
-		a.metrics.tasksCompleted.Add(1)
+		a.metrics.tasksCompleted.Inc()
 	} else if refused(err) {
 		// The same completion again, its first answer lost: the same answer.
 		err = a.recorded(r.Context(), id, req.Token, func(e *reprise.Event) bool {
@@ -300,7 +300,7 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request) {
 	}
 	err := a.e.FailTask(r.Context(), id, req.Token, attemptErr)
 	if err == nil {
-		a.metrics.tasksFailed.Add(1)
+		a.metrics.tasksFailed.Inc()
 	} else if refused(err) {
 		// The same failure again, its first answer lost: the same answer.
 		err = a.recorded(r.Context(), id, req.Token, func(e *reprise.Event) bool {
@@ -351,6 +351,6 @@ func (a *api) heartbeat(w http.ResponseWriter, r *http.Request) {
 		a.taskError(w, r, id, err)
 		return
 	}
-	a.metrics.heartbeats.Add(1)
+	a.metrics.heartbeats.Inc()
 	writeJSON(w, http.StatusOK, map[string]any{"id": id, "lease_until": t.LeaseUntil})
 }

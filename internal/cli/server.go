@@ -15,10 +15,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
 	"reprise"
 	"reprise/httpapi"
 	"reprise/httpstep"
 	"reprise/internal/redact"
+	"reprise/metrics"
 	"reprise/postgres"
 )
 
@@ -198,7 +202,15 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	// Every line logged goes through redact: errors may quote the --db.
 	logHandler := redactHandler{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
 	logger := slog.New(logHandler)
-	e, err := reprise.New(reprise.Config{Store: store, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID})
+	// One registry for /metrics: the runtime, the engine and the API.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	observer, err := metrics.New(reg)
+	if err != nil {
+		return err
+	}
+	e, err := reprise.New(reprise.Config{Store: store, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID,
+		Observer: observer})
 	if err != nil {
 		return err
 	}
@@ -207,7 +219,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	}
 	demoSteps := []string{reserveStep.Name(), chargeStep.Name(), shipStep.Name(), refundStep.Name(), releaseStep.Name()}
 	h, err := httpapi.NewHandler(e, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
-		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts})
+		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts, Metrics: reg})
 	if err != nil {
 		return err
 	}

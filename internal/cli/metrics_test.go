@@ -1,0 +1,51 @@
+package cli
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"reprise"
+)
+
+// TestServerMetrics: after a run, the server's /metrics holds the
+// engine's metrics, the API's counters and the runtime's, from one
+// registry.
+func TestServerMetrics(t *testing.T) {
+	t.Parallel()
+	url := startServer(t)
+	c := newClient(t, url)
+	input := json.RawMessage(`{"id":"A-1","item":"mug","amount_cents":900,"address":"x"}`)
+	if _, _, err := c.StartRun(t.Context(), "order", input, "m1"); err != nil {
+		t.Fatal(err)
+	}
+	if r := waitRun(t, c, "m1"); r.Status != reprise.RunCompleted {
+		t.Fatalf("order run: %+v", r)
+	}
+	resp, err := http.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	}
+	for _, want := range []string{
+		`reprise_runs_finished_total{status="completed",workflow="order"} 1` + "\n",
+		`reprise_attempts_total{error_type="",outcome="ok",step="inventory.reserve"} 1` + "\n",
+		`reprise_attempts_total{error_type="NetworkError",outcome="retryable",step="inventory.reserve"} 2` + "\n",
+		`reprise_retries_scheduled_total{step="inventory.reserve"} 2` + "\n",
+		`reprise_attempt_duration_seconds_count{step="inventory.reserve"} 3` + "\n",
+		"reprise_api_runs_started_total 1\n",
+		"# TYPE reprise_leases_lapsed_total counter\n",
+		"# TYPE go_goroutines gauge\n",
+		"# TYPE process_cpu_seconds_total counter\n",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
+}

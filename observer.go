@@ -1,0 +1,152 @@
+package reprise
+
+import (
+	"time"
+
+	"reprise/retry"
+)
+
+// An Observer hears what the engine decides, as it decides it: attempts
+// starting and ending (with the policy's decision), runs ending, leases
+// lapsing, stale results refused. Package metrics turns these into
+// Prometheus metrics.
+//
+// The engine calls an Observer from its own goroutines, off its locks, and
+// waits for each call: implementations must be fast, non-blocking and safe
+// for concurrent use (count, don't do I/O). Events are reported after the
+// store has recorded them, so a crash may lose the last few; they are for
+// watching, not for accounting.
+//
+// Embed NopObserver to implement only some methods and to keep compiling
+// when methods are added.
+type Observer interface {
+	// AttemptStarted reports an attempt given to a worker: this engine's
+	// or a pull worker's.
+	AttemptStarted(AttemptInfo)
+	// AttemptEnded reports an attempt's outcome and what the step's
+	// policy decided: retry after a delay, or stop with a reason.
+	AttemptEnded(AttemptEnd)
+	// LeaseLapsed reports an attempt whose lease lapsed without a result;
+	// an AttemptEnded (timeout or worker_lost) follows.
+	LeaseLapsed(AttemptInfo)
+	// StaleResultRefused reports a result written with a stale token or
+	// after its lease lapsed: the store changed nothing.
+	StaleResultRefused(AttemptInfo)
+	// RunEnded reports a run that this engine ended, or cancelled.
+	RunEnded(RunEnd)
+}
+
+// NopObserver is an Observer that does nothing; embed it in an Observer
+// that needs only some of the methods.
+type NopObserver struct{}
+
+func (NopObserver) AttemptStarted(AttemptInfo)     {}
+func (NopObserver) AttemptEnded(AttemptEnd)        {}
+func (NopObserver) LeaseLapsed(AttemptInfo)        {}
+func (NopObserver) StaleResultRefused(AttemptInfo) {}
+func (NopObserver) RunEnded(RunEnd)                {}
+
+// AttemptInfo names an attempt.
+type AttemptInfo struct {
+	RunID   string
+	Step    string
+	Attempt int
+	// Worker is the lease's owner: an engine's WorkerID or a pull
+	// worker's name, when known.
+	Worker string
+}
+
+// AttemptOutcome is how an attempt ended, as AttemptEnd reports it.
+type AttemptOutcome string
+
+// The outcomes of an attempt.
+const (
+	OutcomeOK        AttemptOutcome = "ok"
+	OutcomeRetryable AttemptOutcome = "retryable"   // it failed with an error its policy may retry
+	OutcomePermanent AttemptOutcome = "permanent"   // it failed with a permanent error
+	OutcomeTimeout   AttemptOutcome = "timeout"     // it ran past its timeout or its step's deadline
+	OutcomeLost      AttemptOutcome = "worker_lost" // its lease lapsed: its worker vanished
+	OutcomeCancelled AttemptOutcome = "cancelled"   // its run or step was cancelled; nothing recorded
+)
+
+// ReasonPoison is the StopReason of a step failed because its workers
+// kept dying (Config.PoisonAfter); the others are retry's reasons.
+const ReasonPoison retry.Reason = "poison"
+
+// AttemptEnd is an attempt's outcome and the decision made on it.
+type AttemptEnd struct {
+	AttemptInfo
+	Outcome AttemptOutcome
+	// ErrorType is the failure's type (the first of its type chain, as
+	// AttemptFailed records it); empty when the attempt succeeded or was
+	// cancelled.
+	ErrorType string
+	// Duration is how long the attempt ran, by the engine's clock.
+	Duration time.Duration
+	// Retry says the step is retried after Delay. When false and the
+	// attempt failed, the step failed for StopReason.
+	Retry      bool
+	Delay      time.Duration
+	StopReason retry.Reason
+}
+
+// RunEnd is a run that ended.
+type RunEnd struct {
+	RunID    string
+	Workflow string
+	Status   RunStatus
+}
+
+// outcomeOf classifies an attempt's failure.
+func outcomeOf(err error, errType string) AttemptOutcome {
+	switch {
+	case err == nil:
+		return OutcomeOK
+	case errType == TypeTimeout || errType == TypeDeadlineExceeded:
+		return OutcomeTimeout
+	case errType == TypeWorkerLost || errType == TypePoison:
+		return OutcomeLost
+	case retry.IsPermanent(err):
+		return OutcomePermanent
+	}
+	return OutcomeRetryable
+}
+
+// observeFail reports a failed attempt whose failure p was recorded.
+func (e *Engine) observeFail(t *Task, err error, p *TaskFailParams) {
+	end := AttemptEnd{
+		AttemptInfo: AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner},
+		Outcome:     outcomeOf(err, p.Error.Type), ErrorType: p.Error.Type, Retry: p.Retry,
+	}
+	if !t.StartedAt.IsZero() {
+		end.Duration = max(e.clock.Now().Sub(t.StartedAt), 0)
+	}
+	if p.Retry {
+		end.Delay = p.Delay
+	} else {
+		end.StopReason = retry.Reason(p.Reason)
+		if p.Error.Type == TypePoison {
+			end.StopReason = ReasonPoison
+		}
+	}
+	e.cfg.Observer.AttemptEnded(end)
+}
+
+// observeOK reports a successful attempt, recorded or handed to its run.
+func (e *Engine) observeOK(t *Task) {
+	if e.cfg.Observer == nil {
+		return
+	}
+	end := AttemptEnd{AttemptInfo: AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner}, Outcome: OutcomeOK}
+	if !t.StartedAt.IsZero() {
+		end.Duration = max(e.clock.Now().Sub(t.StartedAt), 0)
+	}
+	e.cfg.Observer.AttemptEnded(end)
+}
+
+// observeStale reports a result the store refused.
+func (e *Engine) observeStale(t *Task) {
+	if e.cfg.Observer != nil {
+		e.cfg.Observer.StaleResultRefused(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
+	}
+}
