@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -50,6 +51,15 @@ func TestCollectorCountsARunWithAFlakyStep(t *testing.T) {
 	}
 	if run := env.Wait(h.ID); run.Status != reprise.RunFailed {
 		t.Fatalf("run %s, want failed", run.Status)
+	}
+	// The run's end is observed just after the store records it.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if n, err := testutil.GatherAndCount(reg, "reprise_runs_finished_total"); err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the run's end was not observed")
+		}
 	}
 
 	want := `

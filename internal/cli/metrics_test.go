@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"reprise"
 )
@@ -24,14 +25,21 @@ func TestServerMetrics(t *testing.T) {
 	if r := waitRun(t, c, "m1"); r.Status != reprise.RunCompleted {
 		t.Fatalf("order run: %+v", r)
 	}
-	resp, err := http.Get(url + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+	// The run's end is observed just after the store records it.
+	var body []byte
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		resp, err := http.Get(url + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err = io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
+		}
+		if strings.Contains(string(body), "reprise_runs_finished_total{") || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, want := range []string{
 		`reprise_runs_finished_total{status="completed",workflow="order"} 1` + "\n",
