@@ -254,17 +254,18 @@ func (e *Engine) Register(defs ...Definition) error {
 			errs = append(errs, fmt.Errorf("register definition %d: %w", i+1, err))
 			continue
 		}
-		var key string
+		var kind, name string
 		switch ent := ent.(type) {
 		case *workflowEntry:
-			key = fmt.Sprintf("workflow %q", ent.name)
+			kind, name = "workflow", ent.name
 		case *stepEntry:
-			key = fmt.Sprintf("step %q", ent.name)
+			kind, name = "step", ent.name
 		}
-		if strings.HasSuffix(key, `""`) {
-			errs = append(errs, fmt.Errorf("register definition %d: %s name is empty", i+1, strings.Fields(key)[0]))
+		if name == "" {
+			errs = append(errs, fmt.Errorf("register definition %d: %s name is empty", i+1, kind))
 			continue
 		}
+		key := fmt.Sprintf("%s %q", kind, name)
 		if j, dup := seen[key]; dup {
 			errs = append(errs, fmt.Errorf("register: %s is given twice, as definitions %d and %d", key, j+1, i+1))
 			continue
