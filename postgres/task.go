@@ -402,6 +402,11 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 		if err != nil {
 			return err
 		}
+		if p.Expired {
+			if later, err := laterAttempt(ctx, tx, t); err != nil || later {
+				return cmp.Or(err, reprise.ErrLeaseLost)
+			}
+		}
 		a := newAppender(t.now)
 		errInfo := p.Error
 		failed := reprise.Event{
@@ -483,6 +488,25 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
 	return o, nil
+}
+
+// laterAttempt reports whether t's step has started an attempt after the
+// one the reaper read. A retry in place keeps the token and leaves the row
+// at the attempt before; a reaper that listed the row before that retry
+// committed would otherwise fail, under the same token, an attempt that
+// has already ended. The run is locked: the history read is the truth.
+func laterAttempt(ctx context.Context, tx *txn, t *leasedTask) (bool, error) {
+	later := false
+	err := newestFirst(ctx, tx, t.run.id, func(events []reprise.Event) bool {
+		for _, e := range slices.Backward(events) {
+			if e.Type == reprise.EventAttemptStarted && e.Execution == t.execution && e.Position == t.position {
+				later = e.Attempt > t.attempt
+				return true
+			}
+		}
+		return false
+	})
+	return later, err
 }
 
 // startNext fills in t.next as TaskClaim would lease it to p.LeaseOwner

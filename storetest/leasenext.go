@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"errors"
 	"reflect"
 	"testing"
 	"time"
@@ -306,6 +307,42 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		}}})
 		if len(events) != 1 || events[0].Type != reprise.EventStepCompleted || events[0].Attempt != 6 {
 			t.Fatalf("advance events = %s, want StepCompleted of attempt 6", dump(events))
+		}
+	})
+
+	t.Run("AReapOfAnAttemptThatEndedChangesNothing", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		// The reaper read attempt 1 (as if its lease had lapsed), and its
+		// holder retried it at once before the reaper wrote: attempt 2
+		// runs, perhaps in place under the same token. The reaper's write
+		// is about an attempt that has ended.
+		f.schedule("run-1", newStep(1, "charge"))
+		first := f.claimOne("charge")
+		listed := *first
+		second := f.retryLeased(first, worker, minute).Next
+		if second == nil || second.Attempt != 2 {
+			t.Fatalf("Outcome.Next = %+v, want attempt 2", second)
+		}
+		before := f.history("run-1")
+		f.clock.Advance(2 * minute) // attempt 2's lease lapses too
+		reap := retryParams(&listed, 0)
+		reap.Expired = true
+		if _, err := f.store.TaskFail(t.Context(), reap); !errors.Is(err, reprise.ErrLeaseLost) {
+			t.Fatalf("TaskFail(Expired) of attempt 1 after attempt 2 started: %v, want ErrLeaseLost", err)
+		}
+		requireEvents(t, f.history("run-1"), before)
+		// Listed again, attempt 2 is reaped as itself.
+		expired := f.expired(10)
+		if len(expired) != 1 || expired[0].Attempt != 2 {
+			t.Fatalf("TaskListExpired = %+v, want attempt 2", expired)
+		}
+		reap = retryParams(expired[0], 0)
+		reap.Expired = true
+		out, err := f.store.TaskFail(t.Context(), reap)
+		if err != nil || len(out.Events) != 1 || out.Events[0].Attempt != 2 {
+			t.Fatalf("TaskFail(Expired) of attempt 2: %v %s", err, dump(out.Events))
 		}
 	})
 
