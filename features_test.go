@@ -68,7 +68,7 @@ func TestSelectCancelsTheLoser(t *testing.T) {
 
 // countdown continues as new until its input reaches zero; each execution
 // races a step against a timer, so stale results and timers of earlier
-// executions exist (SPEC seed 003, cross-execution stale events).
+// executions exist (stale events across executions).
 func TestContinueAsNewDropsStaleEvents(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})

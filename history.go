@@ -13,7 +13,7 @@ import (
 // EventType names an entry in a run's history.
 type EventType string
 
-// The event types of SPEC §6, in the order they typically appear.
+// The event types of a run's history, in the order they typically appear.
 const (
 	EventRunStarted     EventType = "RunStarted"
 	EventStepScheduled  EventType = "StepScheduled"
@@ -28,7 +28,7 @@ const (
 	EventRunCancelled   EventType = "RunCancelled"
 )
 
-// Event types of the workflow features beyond SPEC §6: select
+// Event types of the workflow features beyond those: select
 // cancellation, versioning, signals, child runs, continue-as-new, redrive.
 const (
 	// EventStepCancelRequested: a step lost a select; its task was

@@ -40,7 +40,7 @@ var policyWorkflow = reprise.NewWorkflow("policy", func(ctx context.Context, in 
 	return reprise.Step(ctx, alwaysFail, in.Fail, reprise.WithPolicyText(in.Policy))
 })
 
-// TestPolicyExamples drives every example of SPEC §2.1 through a real
+// TestPolicyExamples drives every example of the text form (docs/policies.md) through a real
 // workflow on SQLite and checks the attempts and delays in the history.
 func TestPolicyExamples(t *testing.T) {
 	t.Parallel()

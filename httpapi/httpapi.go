@@ -1,4 +1,4 @@
-// Package httpapi serves the reprise JSON API of SPEC §7 over HTTP, and is
+// Package httpapi serves the reprise JSON API over HTTP, and is
 // its Go client.
 package httpapi
 

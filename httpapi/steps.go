@@ -41,7 +41,7 @@ const loadTimeout = 30 * time.Second
 
 // The kinds of a step.
 const (
-	// KindHTTP: the engine POSTs each attempt to the step's URL (SPEC §4).
+	// KindHTTP: the engine POSTs each attempt to the step's URL (docs/http-steps.md).
 	KindHTTP = "http"
 	// KindPull: workers claim attempts with POST /v1/tasks/claim.
 	KindPull = "pull"

@@ -1,5 +1,5 @@
 // Package httpstep runs HTTP steps: it POSTs one attempt of a step to its URL
-// and classifies the outcome into a retry.Error as SPEC §4 says.
+// and classifies the outcome into a retry.Error (docs/http-steps.md).
 package httpstep
 
 import (
@@ -272,7 +272,7 @@ func (c *Caller) checkRedirect(req *http.Request, via []*http.Request) error {
 func (c *Caller) CloseIdleConnections() { c.client.CloseIdleConnections() }
 
 // Call runs one attempt of an HTTP step: it POSTs req to rawURL and returns
-// the step's output, or an error classified as SPEC §4 says (see the Type
+// the step's output, or an error classified as docs/http-steps.md says (see the Type
 // constants). The whole exchange runs under ctx, which carries the attempt's
 // timeout.
 //

@@ -135,7 +135,7 @@ func respond(status int, body string, headers ...string) http.HandlerFunc {
 	}
 }
 
-// TestCallClassifies pins every row of SPEC §4's table.
+// TestCallClassifies pins every row of docs/http-steps.md's table.
 func TestCallClassifies(t *testing.T) {
 	t.Parallel()
 	date := func(d time.Duration) string { return now.Add(d).Format(http.TimeFormat) }

@@ -17,7 +17,7 @@ func attemptsAllowed(p *Policy, types []string, limit int) (int, Decision) {
 	}
 }
 
-// The cases of SPEC §2 "Choosing", one by one.
+// The cases of how a rule is chosen (docs/policies.md), one by one.
 func TestDecideChoosing(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -152,7 +152,7 @@ func TestDecideDeadline(t *testing.T) {
 	}
 }
 
-// The backoff table of SPEC §2.
+// The backoff table of docs/policies.md.
 func TestBackoffDelay(t *testing.T) {
 	t.Parallel()
 	const s, ms = time.Second, time.Millisecond

@@ -17,7 +17,7 @@ func mustParse(t testing.TB, s string) Policy {
 	return p
 }
 
-// Every example line of SPEC §2.1, read field by field.
+// Every example line of the text form (docs/policies.md), read field by field.
 func TestParseSpecExamples(t *testing.T) {
 	t.Parallel()
 	const s, m = time.Second, time.Minute

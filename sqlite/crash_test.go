@@ -23,7 +23,7 @@ const crashChildEnv = "REPRISE_SQLITE_CRASH_CHILD"
 
 // TestKillLosesNoAcknowledgedWrite kills a process that writes through
 // group commit with SIGKILL, mid-stream, and requires every write it had
-// acknowledged to be in the database when it is opened again (SPEC §5).
+// acknowledged to be in the database when it is opened again.
 func TestKillLosesNoAcknowledgedWrite(t *testing.T) {
 	if path := os.Getenv(crashChildEnv); path != "" {
 		crashChild(t, path)

@@ -33,7 +33,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Synchronous is SQLite's synchronous pragma. "NORMAL" (in WAL mode)
 	// keeps every commit durable against a crash of the process, kill -9
-	// included, which is what SPEC §5 promises, but may lose the last
+	// included, which is what reprise promises (a committed step outcome survives a crash), but may lose the last
 	// commits on power loss or a kernel crash. "FULL" adds durability
 	// against those at the cost of one fsync per group commit (see
 	// docs/storage.md for the difference measured). "OFF" is for tests.

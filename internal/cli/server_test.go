@@ -136,7 +136,7 @@ func eventsOf(events []reprise.Event, typ reprise.EventType) []reprise.Event {
 }
 
 // TestServerHTTPSteps runs HTTP steps through the real server against an
-// endpoint that fails each way SPEC §4 classifies.
+// endpoint that fails each way an HTTP step's outcome is classified.
 func TestServerHTTPSteps(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
