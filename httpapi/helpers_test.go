@@ -67,7 +67,17 @@ func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.De
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 50 * time.Millisecond, LeaseTTL: 2 * time.Second,
+	t.Cleanup(func() { store.Close() }) // after the server's own cleanup
+	return serveOn(t, store, true, 2*time.Second, opts, defs...)
+}
+
+// serveOn serves the API of an engine with leases of leaseTTL on store,
+// which several servers may share, as server processes share a
+// database. With run false the engine does not run: runs started through
+// it wait for another engine.
+func serveOn(t testing.TB, store reprise.Store, run bool, leaseTTL time.Duration, opts Options, defs ...reprise.Definition) *testServer {
+	t.Helper()
+	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 50 * time.Millisecond, LeaseTTL: leaseTTL,
 		ShutdownGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -79,20 +89,22 @@ func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.De
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
 	hs := httptest.NewServer(h)
 	c, err := NewClient(hs.URL, opts.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop := func() {}
+	if run {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- e.Run(ctx) }()
+		stop = func() { cancel(); <-done }
+	}
 	t.Cleanup(func() {
 		c.Close()
 		hs.Close()
-		cancel()
-		<-done
-		store.Close()
+		stop()
 	})
 	return &testServer{e: e, c: c, url: hs.URL, token: opts.Token, handle: h}
 }

@@ -30,41 +30,10 @@ func openStore(t *testing.T) *sqlite.Store {
 	return store
 }
 
-// newServerOn is newTestServer on a store of the test's: several servers
-// may share one, as server processes share a database. With run false its
-// engine does not run: runs started through it wait for another engine.
+// newServerOn is newTestServer on a store of the test's (see serveOn).
 func newServerOn(t *testing.T, store reprise.Store, run bool, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 50 * time.Millisecond, LeaseTTL: 2 * time.Second,
-		ShutdownGrace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(defs...); err != nil {
-		t.Fatal(err)
-	}
-	h, err := NewHandler(e, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(h)
-	c, err := NewClient(hs.URL, opts.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := func() {}
-	if run {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- e.Run(ctx) }()
-		stop = func() { cancel(); <-done }
-	}
-	t.Cleanup(func() {
-		c.Close()
-		hs.Close()
-		stop()
-	})
-	return &testServer{e: e, c: c, url: hs.URL, token: opts.Token, handle: h}
+	return serveOn(t, store, run, 2*time.Second, opts, defs...)
 }
 
 // register registers a step, which must answer status.

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
@@ -46,51 +44,18 @@ func strictStores(t *testing.T) map[string]func(t *testing.T) reprise.Store {
 		}
 		t.Cleanup(func() {
 			s.Close()
-			conn, err := pgx.Connect(context.Background(), dsn)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			defer conn.Close(context.Background())
-			if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
-				t.Error(err)
-			}
+			dropSchema(t, dsn, schema)
 		})
 		return s
 	}
 	return stores
 }
 
-// serveStore serves the API of a running engine on store.
+// serveStore serves the API of a running engine on store, with leases
+// long enough that none lapses while a table of requests runs.
 func serveStore(t *testing.T, store reprise.Store, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 50 * time.Millisecond, LeaseTTL: time.Minute,
-		ShutdownGrace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(defs...); err != nil {
-		t.Fatal(err)
-	}
-	h, err := NewHandler(e, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	hs := httptest.NewServer(h)
-	c, err := NewClient(hs.URL, opts.Token)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		c.Close()
-		hs.Close()
-		cancel()
-		<-done
-	})
-	return &testServer{e: e, c: c, url: hs.URL, token: opts.Token, handle: h}
+	return serveOn(t, store, true, time.Minute, opts, defs...)
 }
 
 // snapshot is what the API's clients can see of the server's state: every
