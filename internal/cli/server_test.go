@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -12,10 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,61 +39,7 @@ var buildReprise = sync.OnceValues(func() (string, error) {
 // and must exit cleanly, when the test ends.
 func startServer(t *testing.T, args ...string) string {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("builds and starts the reprise binary")
-	}
-	bin, err := buildReprise()
-	if err != nil {
-		t.Fatalf("build reprise: %v", err)
-	}
-	args = append([]string{"server", "--addr", "127.0.0.1:0", "--db", filepath.Join(t.TempDir(), "reprise.db")}, args...)
-	cmd := exec.Command(bin, args...)
-	cmd.Env = append(os.Environ(), "REPRISE_TOKEN=", "REPRISE_TOKENS=")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stderr)
-	listening := regexp.MustCompile(`listening on (http://\S+)`)
-	var url string
-	for lines.Scan() {
-		if m := listening.FindStringSubmatch(lines.Text()); m != nil {
-			url = m[1]
-			break
-		}
-		t.Logf("server: %s", lines.Text())
-	}
-	if url == "" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatal("the server did not say where it listens")
-	}
-	var rest bytes.Buffer
-	copied := make(chan struct{})
-	go func() {
-		for lines.Scan() {
-			rest.WriteString(lines.Text() + "\n")
-		}
-		close(copied)
-	}()
-	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGINT)
-		done := make(chan error, 1)
-		go func() { <-copied; done <- cmd.Wait() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("server exit: %v\n%s", err, rest.String())
-			}
-		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
-			t.Errorf("the server did not stop on SIGINT\n%s", rest.String())
-		}
-	})
-	return url
+	return spawnServer(t, filepath.Join(t.TempDir(), "reprise.db"), args...).url
 }
 
 func newClient(t *testing.T, url string) *httpapi.Client {

@@ -48,7 +48,7 @@ func spawnServer(t *testing.T, db string, args ...string) *serverProc {
 		t.Fatalf("build reprise: %v", err)
 	}
 	cmd := exec.Command(bin, append([]string{"server", "--addr", "127.0.0.1:0", "--db", db}, args...)...)
-	cmd.Env = append(os.Environ(), "REPRISE_TOKEN=")
+	cmd.Env = append(os.Environ(), "REPRISE_TOKEN=", "REPRISE_TOKENS=")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
