@@ -148,11 +148,15 @@ func TestPythonWorkerLease(t *testing.T) {
 	}
 }
 
-// lookPython finds python3, or skips the test.
+// lookPython finds python3, or skips the test; CI sets
+// REPRISE_REQUIRE_PYTHON, where a missing python3 fails it instead.
 func lookPython(t *testing.T) string {
 	t.Helper()
 	python, err := exec.LookPath("python3")
-	if err != nil {
+	switch {
+	case err != nil && os.Getenv("REPRISE_REQUIRE_PYTHON") != "":
+		t.Fatal("python3 is not installed, and REPRISE_REQUIRE_PYTHON says the Python worker example must run")
+	case err != nil:
 		t.Skip("python3 is not installed; the Python worker example cannot run")
 	}
 	return python
