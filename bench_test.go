@@ -13,11 +13,11 @@ import (
 
 // benchEngine runs an engine on a SQLite file for the length of the benchmark.
 func benchEngine(b *testing.B) *reprise.Engine {
-	store, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
+	st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := reprise.New(reprise.Config{Store: store, MaxConcurrentSteps: 256})
+	e, err := reprise.New(reprise.Config{Store: st, MaxConcurrentSteps: 256})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func benchEngine(b *testing.B) *reprise.Engine {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done; store.Close() })
+	b.Cleanup(func() { cancel(); <-done; st.Close() })
 	return e
 }
 

@@ -87,18 +87,18 @@ func TestCrashChild(t *testing.T) {
 	}
 	db, effects := os.Getenv("REPRISE_CRASH_DB"), os.Getenv("REPRISE_CRASH_EFFECTS")
 	runs, _ := strconv.Atoi(os.Getenv("REPRISE_CRASH_RUNS"))
-	store, err := sqlite.Open(db, nil)
+	st, err := sqlite.Open(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	// The parent reads the database once it is set up (WAL mode on, schema
 	// migrated): opening it while this process turns WAL on can fail.
 	if err := os.WriteFile(db+".ready", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	e, err := reprise.New(reprise.Config{
-		Store: store, LeaseTTL: time.Second, RunLeaseTTL: time.Second, PollInterval: 100 * time.Millisecond,
+		Store: st, LeaseTTL: time.Second, RunLeaseTTL: time.Second, PollInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -154,15 +154,15 @@ func (c *crashChild) start() *exec.Cmd {
 
 // history reads every run's history from the database, as it is now.
 func (c *crashChild) history() map[string][]reprise.Event {
-	store, err := sqlite.Open(c.db(), nil)
+	st, err := sqlite.Open(c.db(), nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	all := map[string][]reprise.Event{}
 	for i := range c.runs {
 		id := fmt.Sprintf("run-%d", i)
-		events, err := store.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
+		events, err := st.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
 		if err != nil && !errors.Is(err, reprise.ErrNotFound) {
 			c.t.Fatal(err)
 		}

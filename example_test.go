@@ -16,11 +16,11 @@ import (
 // startExample runs an engine on a fresh SQLite file until stop is called.
 func startExample(defs ...reprise.Definition) (e *reprise.Engine, stop func()) {
 	dir, _ := os.MkdirTemp("", "reprise-example-")
-	store, err := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	st, err := sqlite.Open(filepath.Join(dir, "example.db"), nil)
 	if err != nil {
 		panic(err)
 	}
-	e, err = reprise.New(reprise.Config{Store: store})
+	e, err = reprise.New(reprise.Config{Store: st})
 	if err != nil {
 		panic(err)
 	}
@@ -30,7 +30,7 @@ func startExample(defs ...reprise.Definition) (e *reprise.Engine, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
-	return e, func() { cancel(); <-done; store.Close(); os.RemoveAll(dir) }
+	return e, func() { cancel(); <-done; st.Close(); os.RemoveAll(dir) }
 }
 
 func Example() {
@@ -223,10 +223,10 @@ func ExampleWithRetryIf() {
 func ExampleConfig_poisonAfter() {
 	dir, _ := os.MkdirTemp("", "reprise-example-")
 	defer os.RemoveAll(dir)
-	store, _ := sqlite.Open(filepath.Join(dir, "example.db"), nil)
-	defer store.Close()
+	st, _ := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	defer st.Close()
 	// Every lease of the remote step lapses: its worker dies each time.
-	e, _ := reprise.New(reprise.Config{Store: store, LeaseTTL: 20 * time.Millisecond, PoisonAfter: 2})
+	e, _ := reprise.New(reprise.Config{Store: st, LeaseTTL: 20 * time.Millisecond, PoisonAfter: 2})
 	wf := reprise.NewWorkflow("render", func(ctx context.Context, _ int) (string, error) {
 		return reprise.Call[string](ctx, "render.pdf", 0)
 	})

@@ -39,8 +39,8 @@ func TestLostWorkerChild(t *testing.T) {
 		t.Skip("only runs as the child of a lost-worker test")
 	}
 	effects := os.Getenv("REPRISE_LOST_EFFECTS")
-	store := openLostStore(t, os.Getenv("REPRISE_LOST_STORE"))
-	defer store.Close()
+	st := openLostStore(t, os.Getenv("REPRISE_LOST_STORE"))
+	defer st.Close()
 	if err := os.WriteFile(effects+".ready", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestLostWorkerChild(t *testing.T) {
 	wf := reprise.NewWorkflow("lost", func(ctx context.Context, n int) (string, error) {
 		return reprise.Step(ctx, slow, n)
 	})
-	e, err := reprise.New(reprise.Config{Store: store, WorkerID: os.Getenv("REPRISE_LOST_WORKER_ID"), PollInterval: 100 * time.Millisecond})
+	e, err := reprise.New(reprise.Config{Store: st, WorkerID: os.Getenv("REPRISE_LOST_WORKER_ID"), PollInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,18 +90,18 @@ func openLostStore(t *testing.T, spec string) reprise.Store {
 	t.Helper()
 	kind, arg, _ := strings.Cut(spec, ":")
 	var (
-		store reprise.Store
-		err   error
+		st  reprise.Store
+		err error
 	)
 	if kind == "postgres" {
-		store, err = postgres.Open(context.Background(), os.Getenv("REPRISE_TEST_POSTGRES"), &postgres.Options{Schema: arg})
+		st, err = postgres.Open(context.Background(), os.Getenv("REPRISE_TEST_POSTGRES"), &postgres.Options{Schema: arg})
 	} else {
-		store, err = sqlite.Open(arg, nil)
+		st, err = sqlite.Open(arg, nil)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	return store
+	return st
 }
 
 func TestLostWorker(t *testing.T) {
@@ -155,9 +155,9 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 		if _, err := os.Stat(effects + ".ready"); err != nil {
 			return nil
 		}
-		store := openLostStore(t, spec)
-		defer store.Close()
-		events, err := store.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: "run-0"})
+		st := openLostStore(t, spec)
+		defer st.Close()
+		events, err := st.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: "run-0"})
 		if err != nil && !errors.Is(err, reprise.ErrNotFound) {
 			t.Fatal(err)
 		}
@@ -291,14 +291,14 @@ func dropSchema(t *testing.T, schema string) {
 // the id is free.
 func TestSecondEngineUnderOneWorkerID(t *testing.T) {
 	t.Parallel()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "one.db"), nil)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "one.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	ping := reprise.NewWorkflow("ping", func(context.Context, int) (int, error) { return 1, nil })
 	newEngine := func() *reprise.Engine {
-		e, err := reprise.New(reprise.Config{Store: store, WorkerID: "pod-0"})
+		e, err := reprise.New(reprise.Config{Store: st, WorkerID: "pod-0"})
 		if err != nil {
 			t.Fatal(err)
 		}

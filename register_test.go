@@ -12,12 +12,12 @@ import (
 
 func TestRegisterIsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	store, err := sqlite.Open(":memory:", nil)
+	st, err := sqlite.Open(":memory:", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
-	e, err := reprise.New(reprise.Config{Store: store})
+	defer st.Close()
+	e, err := reprise.New(reprise.Config{Store: st})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,22 +47,22 @@ func (s *slowFails) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*r
 func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 	t.Parallel()
 	db := tempSQLite(t)
-	store := &slowFails{Store: db, writing: make(chan struct{}), release: make(chan struct{})}
+	st := &slowFails{Store: db, writing: make(chan struct{}), release: make(chan struct{})}
 	flaky := failsFirst("flaky", "second time", "[retry: 3, backoff: 0s]")
 	quick := reprise.NewStep("quick", func(context.Context, int) (string, error) { return "quick", nil })
 	wfFlaky := reprise.NewWorkflow("flaky", func(ctx context.Context, n int) (string, error) { return reprise.Step(ctx, flaky, n) })
 	wfQuick := reprise.NewWorkflow("quick", func(ctx context.Context, n int) (string, error) { return reprise.Step(ctx, quick, n) })
-	e := reprisetest.Run(t, reprise.Config{Store: store, MaxConcurrentSteps: 1}, flaky, quick, wfFlaky, wfQuick)
+	e := reprisetest.Run(t, reprise.Config{Store: st, MaxConcurrentSteps: 1}, flaky, quick, wfFlaky, wfQuick)
 	// The engine stops only once the held write is let go.
 	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(store.release) }) })
+	t.Cleanup(func() { release.Do(func() { close(st.release) }) })
 	ctx := t.Context()
 
 	hf, err := wfFlaky.Start(ctx, e, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-store.writing
+	<-st.writing
 	hq, err := wfQuick.Start(ctx, e, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 	if out, err := hq.Result(wait); err != nil || out != "quick" {
 		t.Fatalf("quick run: %q, %v while the other step's failure was written; want its result", out, err)
 	}
-	release.Do(func() { close(store.release) })
+	release.Do(func() { close(st.release) })
 	if out, err := hf.Result(wait); err != nil || out != "second time" {
 		t.Fatalf("flaky run: %q, %v", out, err)
 	}
@@ -151,33 +151,33 @@ func (s *holdsAdvances) RunAdvance(ctx context.Context, p *reprise.RunAdvancePar
 func TestClaimedRunCountsOnceWhileItsStepIsLeased(t *testing.T) {
 	t.Parallel()
 	db := tempSQLite(t)
-	store := &holdsAdvances{Store: db, held: make(chan string, 2), release: make(chan struct{})}
+	st := &holdsAdvances{Store: db, held: make(chan string, 2), release: make(chan struct{})}
 	ctx := t.Context()
 	if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: "first", Workflow: "one", Input: []byte("0")}); err != nil {
 		t.Fatal(err)
 	}
 	step := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil })
 	wf := reprise.NewWorkflow("one", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
-	reprisetest.Run(t, reprise.Config{Store: store, MaxConcurrentSteps: 2, PollInterval: 10 * time.Millisecond}, step, wf)
+	reprisetest.Run(t, reprise.Config{Store: st, MaxConcurrentSteps: 2, PollInterval: 10 * time.Millisecond}, step, wf)
 	// The engine stops only once the held advances are let go.
 	var release sync.Once
-	t.Cleanup(func() { release.Do(func() { close(store.release) }) })
+	t.Cleanup(func() { release.Do(func() { close(st.release) }) })
 
-	if id := <-store.held; id != "first" {
+	if id := <-st.held; id != "first" {
 		t.Fatalf("advance of %s held, want first", id)
 	}
 	if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: "second", Workflow: "one", Input: []byte("0")}); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case id := <-store.held:
+	case id := <-st.held:
 		if id != "second" {
 			t.Fatalf("advance of %s held, want second", id)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the second run was not claimed while the first one's step was being leased, with a slot free")
 	}
-	release.Do(func() { close(store.release) })
+	release.Do(func() { close(st.release) })
 	for _, id := range []string{"first", "second"} {
 		waitFor(t, func() bool {
 			run, err := db.RunGet(ctx, id)

@@ -51,33 +51,33 @@ var schemaSeq atomic.Int64
 // (a schema of the test's own on REPRISE_TEST_POSTGRES's database).
 func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	var store reprise.Store
+	var st reprise.Store
 	var err error
 	switch kind {
 	case "sqlite":
-		store, err = sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+		st, err = sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
 	case "postgres":
 		dsn := os.Getenv("REPRISE_TEST_POSTGRES")
 		schema := fmt.Sprintf("reprise_httpapi_%d_%d", time.Now().UnixNano()%1e9, schemaSeq.Add(1))
 		t.Cleanup(func() { dropSchema(t, dsn, schema) })
-		store, err = postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
+		st, err = postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
 	default:
 		err = fmt.Errorf("no store %q", kind)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() }) // after the server's own cleanup
-	return serveOn(t, store, true, 2*time.Second, opts, defs...)
+	t.Cleanup(func() { st.Close() }) // after the server's own cleanup
+	return serveOn(t, st, true, 2*time.Second, opts, defs...)
 }
 
 // serveOn serves the API of an engine with leases of leaseTTL on store,
 // which several servers may share, as server processes share a
 // database. With run false the engine does not run: runs started through
 // it wait for another engine.
-func serveOn(t testing.TB, store reprise.Store, run bool, leaseTTL time.Duration, opts Options, defs ...reprise.Definition) *testServer {
+func serveOn(t testing.TB, st reprise.Store, run bool, leaseTTL time.Duration, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	e, err := reprise.New(reprise.Config{Store: store, PollInterval: 50 * time.Millisecond, LeaseTTL: leaseTTL,
+	e, err := reprise.New(reprise.Config{Store: st, PollInterval: 50 * time.Millisecond, LeaseTTL: leaseTTL,
 		ShutdownGrace: time.Second})
 	if err != nil {
 		t.Fatal(err)

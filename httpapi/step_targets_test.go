@@ -96,10 +96,10 @@ func TestStepAllowList(t *testing.T) {
 		t.Fatalf("run on an allowed host: %+v, %d calls", run, calls.Load())
 	}
 
-	store := openStore(t)
-	open := newServerOn(t, store, false, Options{})
+	st := openStore(t)
+	open := newServerOn(t, st, false, Options{})
 	open.register(t, `{"name":"charge","kind":"http","url":"`+endpoint.URL+`/charge","policy":"[retry: 3, backoff: 10ms]"}`, 201)
-	closed := newServerOn(t, store, true, Options{AllowStepHosts: []string{"10.0.0.0/8"}})
+	closed := newServerOn(t, st, true, Options{AllowStepHosts: []string{"10.0.0.0/8"}})
 	before := closed.snapshot(t)
 	p := closed.wantProblem(t, "POST", "/v1/steps", `{"name":"other","kind":"http","url":"`+endpoint.URL+`/other"}`, 400, "url")
 	if !strings.Contains(p.Detail, "127.0.0.1 is not among the allowed step hosts") {

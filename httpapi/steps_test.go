@@ -22,18 +22,18 @@ import (
 // later).
 func openStore(t *testing.T) *sqlite.Store {
 	t.Helper()
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { store.Close() })
-	return store
+	t.Cleanup(func() { st.Close() })
+	return st
 }
 
 // newServerOn is newTestServer on a store of the test's (see serveOn).
-func newServerOn(t *testing.T, store reprise.Store, run bool, opts Options, defs ...reprise.Definition) *testServer {
+func newServerOn(t *testing.T, st reprise.Store, run bool, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	return serveOn(t, store, run, 2*time.Second, opts, defs...)
+	return serveOn(t, st, run, 2*time.Second, opts, defs...)
 }
 
 // register registers a step, which must answer status.
@@ -83,15 +83,15 @@ func succeed(w http.ResponseWriter) { w.Write([]byte(`{"success": true, "output"
 func TestStepsSurviveARestart(t *testing.T) {
 	t.Parallel()
 	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { succeed(w) })
-	store := openStore(t)
-	before := newServerOn(t, store, false, Options{})
+	st := openStore(t)
+	before := newServerOn(t, st, false, Options{})
 	before.register(t, `{"name":"charge","kind":"http","url":"`+endpoint.URL+`/charge","policy":"[retry: 2]"}`, 201)
 	before.register(t, `{"name":"resize","kind":"pull"}`, 201)
 	if _, _, err := before.c.StartStep(t.Context(), "charge", json.RawMessage(`1`), "r1"); err != nil {
 		t.Fatal(err)
 	}
 
-	after := newServerOn(t, store, true, Options{})
+	after := newServerOn(t, st, true, Options{})
 	if run := after.waitRun(t, "r1"); run.Status != reprise.RunCompleted {
 		t.Fatalf("run = %+v", run)
 	}
@@ -130,9 +130,9 @@ func TestStepReRegistrationAppliesToStepsScheduledAfterIt(t *testing.T) {
 		}
 		succeed(w)
 	})
-	store := openStore(t)
-	a := newServerOn(t, store, true, Options{})
-	b := newServerOn(t, store, true, Options{})
+	st := openStore(t)
+	a := newServerOn(t, st, true, Options{})
+	b := newServerOn(t, st, true, Options{})
 
 	v1 := a.register(t, `{"name":"charge","kind":"http","url":"`+endpoint.URL+`/one","policy":"[retry: 3, backoff: 10ms]"}`, 201)
 	if v1.Version != 1 {
@@ -181,9 +181,9 @@ func TestStepReRegistrationAppliesToStepsScheduledAfterIt(t *testing.T) {
 // registered on another server when a request names it.
 func TestStepAStepRegisteredElsewhereIsKnown(t *testing.T) {
 	t.Parallel()
-	store := openStore(t)
-	a := newServerOn(t, store, true, Options{})
-	b := newServerOn(t, store, true, Options{})
+	st := openStore(t)
+	a := newServerOn(t, st, true, Options{})
+	b := newServerOn(t, st, true, Options{})
 	a.register(t, `{"name":"resize","kind":"pull"}`, 201)
 	if _, _, err := b.c.StartStep(t.Context(), "resize", nil, "p1"); err != nil {
 		t.Fatalf("start on the other server: %v", err)
@@ -300,9 +300,9 @@ func TestStepURLSecretsNotShown(t *testing.T) {
 func TestStepDeletedAndRegisteredAgainElsewhere(t *testing.T) {
 	t.Parallel()
 	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { succeed(w) })
-	store := openStore(t)
-	a := newServerOn(t, store, true, Options{})
-	b := newServerOn(t, store, true, Options{})
+	st := openStore(t)
+	a := newServerOn(t, st, true, Options{})
+	b := newServerOn(t, st, true, Options{})
 	ctx := t.Context()
 	a.register(t, `{"name":"work","kind":"pull"}`, 201)
 	if _, err := b.c.GetStep(ctx, "work", 0); err != nil { // b knows version 1

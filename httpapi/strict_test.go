@@ -53,9 +53,9 @@ func strictStores(t *testing.T) map[string]func(t *testing.T) reprise.Store {
 
 // serveStore serves the API of a running engine on store, with leases
 // long enough that none lapses while a table of requests runs.
-func serveStore(t *testing.T, store reprise.Store, opts Options, defs ...reprise.Definition) *testServer {
+func serveStore(t *testing.T, st reprise.Store, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	return serveOn(t, store, true, time.Minute, opts, defs...)
+	return serveOn(t, st, true, time.Minute, opts, defs...)
 }
 
 // snapshot is what the API's clients can see of the server's state: every
@@ -229,8 +229,8 @@ func TestInternalErrorIsOpaque(t *testing.T) {
 	t.Parallel()
 	var log syncBuffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
-	store := strictStores(t)["sqlite"](t)
-	s := serveStore(t, failingStore{store}, Options{Logger: logger}, echo)
+	st := strictStores(t)["sqlite"](t)
+	s := serveStore(t, failingStore{st}, Options{Logger: logger}, echo)
 	status, body := s.call(t, "GET", "/v1/runs", "")
 	var p Problem
 	if err := json.Unmarshal(body, &p); err != nil || status != 500 || p.ErrorID == "" {

@@ -192,14 +192,14 @@ func refused(err error) bool {
 // no claim handed out and that is no task now, or reprise.ErrLeaseLost.
 // same is nil for a write that records nothing (a heartbeat).
 func (a *api) recorded(ctx context.Context, id, token int64, same func(*reprise.Event) bool) error {
-	store := a.e.Store()
-	attempts, err := store.TaskAttemptList(ctx, &reprise.TaskAttemptListParams{TaskID: id})
+	st := a.e.Store()
+	attempts, err := st.TaskAttemptList(ctx, &reprise.TaskAttemptListParams{TaskID: id})
 	if err != nil {
 		return err
 	}
 	if len(attempts) == 0 {
 		// No pull worker claimed it: a task of the engine's own, or none.
-		if _, err := store.TaskGet(ctx, id); err != nil {
+		if _, err := st.TaskGet(ctx, id); err != nil {
 			return err // ErrNotFound for none
 		}
 		return reprise.ErrLeaseLost
@@ -208,7 +208,7 @@ func (a *api) recorded(ctx context.Context, id, token int64, same func(*reprise.
 		if at.Token != token || same == nil {
 			continue
 		}
-		events, err := store.HistoryList(ctx, &reprise.HistoryListParams{RunID: at.RunID})
+		events, err := st.HistoryList(ctx, &reprise.HistoryListParams{RunID: at.RunID})
 		if err != nil {
 			return err
 		}

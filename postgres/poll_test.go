@@ -46,7 +46,7 @@ func (s *readCounting) HistoryList(ctx context.Context, p *reprise.HistoryListPa
 func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testSchema(t)
-	store := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
+	st := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
 	running, release := make(chan struct{}), make(chan struct{})
 	var started sync.Once
 	hold := reprise.NewStep("hold", func(ctx context.Context, _ int) (int, error) {
@@ -57,7 +57,7 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, hold, n) })
 	// Poll rounds every 20 ms, and a run's first poll 200 ms after its
 	// last news (a third of RunLeaseTTL), the next 400 ms after that.
-	e := reprisetest.Run(t, reprise.Config{Store: store, PollInterval: 20 * time.Millisecond, RunLeaseTTL: 600 * time.Millisecond}, wf, hold)
+	e := reprisetest.Run(t, reprise.Config{Store: st, PollInterval: 20 * time.Millisecond, RunLeaseTTL: 600 * time.Millisecond}, wf, hold)
 	var released sync.Once
 	letGo := func() { released.Do(func() { close(release) }) }
 	t.Cleanup(letGo) // before the engine stops
@@ -65,15 +65,15 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 
 	// The listener, once connected, has every resident run read its
 	// history (notices may have been lost before): let it connect first.
-	<-store.listening
+	<-st.listening
 	h, err := wf.Start(ctx, e, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	<-running
-	before := store.reads.Load()
+	before := st.reads.Load()
 	time.Sleep(time.Second)
-	if n := store.reads.Load() - before; n != 0 {
+	if n := st.reads.Load() - before; n != 0 {
 		t.Errorf("%d history reads while the run's attempt ran in its engine, want 0", n)
 	}
 	letGo()
@@ -88,17 +88,17 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testSchema(t)
-	store := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
+	st := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
 	ctx := t.Context()
 	for _, id := range []string{"fresh", "signalled"} {
-		if _, _, err := store.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "probe"}); err != nil {
+		if _, _, err := st.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "probe"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := store.SignalSend(ctx, &reprise.SignalSendParams{RunID: "signalled", Name: "early"}); err != nil {
+	if _, err := st.SignalSend(ctx, &reprise.SignalSendParams{RunID: "signalled", Name: "early"}); err != nil {
 		t.Fatal(err)
 	}
-	leases, err := store.RunClaim(ctx, &reprise.RunClaimParams{Owner: "probe", Limit: 5, LeaseTTL: time.Millisecond})
+	leases, err := st.RunClaim(ctx, &reprise.RunClaimParams{Owner: "probe", Limit: 5, LeaseTTL: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,12 +112,12 @@ func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 
 	step := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil })
 	wf := reprise.NewWorkflow("counted", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
-	e := reprisetest.Run(t, reprise.Config{Store: store, PollInterval: 20 * time.Millisecond}, wf, step)
+	e := reprisetest.Run(t, reprise.Config{Store: st, PollInterval: 20 * time.Millisecond}, wf, step)
 	// The listener, once connected, has every resident run read its
 	// history: let it connect before there are any.
-	<-store.listening
+	<-st.listening
 	for _, id := range []string{"c1", "c2", "c3"} {
-		if _, _, err := store.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "counted", Input: []byte("0")}); err != nil {
+		if _, _, err := st.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "counted", Input: []byte("0")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -126,7 +126,7 @@ func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 			t.Fatalf("run %s: %+v, %v", id, run, err)
 		}
 	}
-	if n := store.reads.Load(); n != 0 {
+	if n := st.reads.Load(); n != 0 {
 		t.Errorf("%d history reads for runs claimed with RunStarted alone, want 0", n)
 	}
 }

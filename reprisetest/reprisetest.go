@@ -35,15 +35,15 @@ type Env struct {
 func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
 	clock := reprise.NewFakeClock(Start)
-	store, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: clock.Now})
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: clock.Now})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	env := &Env{Clock: clock, Store: store, t: t}
+	env := &Env{Clock: clock, Store: st, t: t}
 	env.start(cfg, defs)
 	t.Cleanup(func() {
 		env.Stop()
-		store.Close()
+		st.Close()
 	})
 	return env
 }

@@ -94,7 +94,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 
 // withEngine runs fn against a running engine on a fresh database (or db).
 func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine) error) error {
-	var store reprise.Store
+	var st reprise.Store
 	var err error
 	switch {
 	case db == "":
@@ -103,10 +103,10 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 			return derr
 		}
 		defer os.RemoveAll(dir)
-		store, err = sqlite.Open(filepath.Join(dir, "bench.db"), nil)
+		st, err = sqlite.Open(filepath.Join(dir, "bench.db"), nil)
 	case isPostgresURL(db):
 		var drop func() error
-		store, drop, err = benchSchema(ctx, db)
+		st, drop, err = benchSchema(ctx, db)
 		if err == nil {
 			defer func() {
 				if err := drop(); err != nil {
@@ -115,13 +115,13 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 			}()
 		}
 	default:
-		store, err = openEngineStore(ctx, db, postgres.Options{})
+		st, err = openEngineStore(ctx, db, postgres.Options{})
 	}
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	e, err := reprise.New(reprise.Config{Store: store, MaxConcurrentSteps: 256})
+	defer st.Close()
+	e, err := reprise.New(reprise.Config{Store: st, MaxConcurrentSteps: 256})
 	if err != nil {
 		return err
 	}
@@ -140,7 +140,7 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 // benchSchema opens a store on PostgreSQL in a schema of its own, so that
 // a benchmark pointed at a database leaves no runs in it; drop closes the
 // store and drops the schema.
-func benchSchema(ctx context.Context, dsn string) (store reprise.Store, drop func() error, err error) {
+func benchSchema(ctx context.Context, dsn string) (st reprise.Store, drop func() error, err error) {
 	schema := fmt.Sprintf("reprise_bench_%d_%d", os.Getpid(), time.Now().UnixNano())
 	s, err := postgres.Open(ctx, dsn, &postgres.Options{Schema: schema})
 	if err != nil {

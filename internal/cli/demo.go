@@ -123,13 +123,13 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	store, err := openEngineStore(ctx, *db, postgres.Options{})
+	st, err := openEngineStore(ctx, *db, postgres.Options{})
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
 		return exitFail
 	}
-	defer store.Close()
-	e, err := reprise.New(reprise.Config{Store: store})
+	defer st.Close()
+	e, err := reprise.New(reprise.Config{Store: st})
 	if err == nil {
 		err = e.Register(demoDefinitions()...)
 	}

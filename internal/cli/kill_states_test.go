@@ -19,11 +19,11 @@ import (
 // which the server's death does not touch, still takes its result.
 func TestServerKilledWithRunsInEveryState(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"sqlite", "postgres"} {
-		t.Run(store, func(t *testing.T) {
+	for _, st := range []string{"sqlite", "postgres"} {
+		t.Run(st, func(t *testing.T) {
 			t.Parallel()
 			db := filepath.Join(t.TempDir(), "reprise.db")
-			if store == "postgres" {
+			if st == "postgres" {
 				db = pgServerDB(t, "reprise_cli_kill_states")
 			}
 			endpoint := newStepEndpoint(t, func(_ string, n int, w http.ResponseWriter) {

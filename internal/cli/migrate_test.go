@@ -174,12 +174,12 @@ func TestPostgresSchemaInDSN(t *testing.T) {
 	if stdout, stderr, code := runMain("migrate", "--db", db); code != exitOK || stdout != want {
 		t.Fatalf("migrate: code %d, stdout %q, stderr %q; want 0, %q", code, stdout, stderr, want)
 	}
-	store, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
+	st, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "in-" + schema, Workflow: "wf", Input: []byte("1")})
-	store.Close()
+	_, _, err = st.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "in-" + schema, Workflow: "wf", Input: []byte("1")})
+	st.Close()
 	if err != nil {
 		t.Fatal(err)
 	}

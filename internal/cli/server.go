@@ -194,11 +194,11 @@ func checkExposure(addr string, tokens []string) error {
 }
 
 func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
-	store, err := openEngineStore(ctx, c.db, postgres.Options{Writers: c.writers})
+	st, err := openEngineStore(ctx, c.db, postgres.Options{Writers: c.writers})
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer st.Close()
 	// Every line logged goes through redact: errors may quote the --db.
 	logHandler := redactHandler{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})}
 	logger := slog.New(logHandler)
@@ -209,7 +209,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
-	e, err := reprise.New(reprise.Config{Store: store, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID,
+	e, err := reprise.New(reprise.Config{Store: st, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID,
 		Observer: observer})
 	if err != nil {
 		return err

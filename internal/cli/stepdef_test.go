@@ -204,11 +204,11 @@ func pgServerDB(t *testing.T, prefix string) string {
 // again: the registration is in the database.
 func TestServerKilledDuringBackoffKeepsItsAPISteps(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"sqlite", "postgres"} {
-		t.Run(store, func(t *testing.T) {
+	for _, st := range []string{"sqlite", "postgres"} {
+		t.Run(st, func(t *testing.T) {
 			t.Parallel()
 			db := filepath.Join(t.TempDir(), "reprise.db")
-			if store == "postgres" {
+			if st == "postgres" {
 				db = pgServerDB(t, "reprise_cli_stepdef_kill")
 			}
 			endpoint := newStepEndpoint(t, func(_ string, n int, w http.ResponseWriter) {

@@ -21,11 +21,11 @@ import (
 // would have lapsed.
 func TestServerRestartedUnderItsWorkerID(t *testing.T) {
 	t.Parallel()
-	for _, store := range []string{"sqlite", "postgres"} {
-		t.Run(store, func(t *testing.T) {
+	for _, st := range []string{"sqlite", "postgres"} {
+		t.Run(st, func(t *testing.T) {
 			t.Parallel()
 			db := filepath.Join(t.TempDir(), "reprise.db")
-			if store == "postgres" {
+			if st == "postgres" {
 				db = pgServerDB(t, "reprise_cli_worker_id")
 			}
 			hang := make(chan struct{})

@@ -89,20 +89,20 @@ func BenchmarkInProcess(b *testing.B) {
 	for _, db := range []string{"sqlite", "postgres"} {
 		for _, fail := range []int{0, 2} {
 			b.Run(fmt.Sprintf("db=%s/fail=%d", db, fail), func(b *testing.B) {
-				var store reprise.Store
+				var st reprise.Store
 				var err error
 				switch db {
 				case "sqlite":
-					store, err = sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
+					st, err = sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
 				case "postgres":
 					c := newCluster(b, testDSN(b))
-					store, err = postgres.Open(context.Background(), c.dsn, &postgres.Options{Schema: c.schema, NoMigrate: true, MaxConns: 10})
+					st, err = postgres.Open(context.Background(), c.dsn, &postgres.Options{Schema: c.schema, NoMigrate: true, MaxConns: 10})
 				}
 				if err != nil {
 					b.Fatal(err)
 				}
-				defer store.Close()
-				e, err := reprise.New(reprise.Config{Store: store})
+				defer st.Close()
+				e, err := reprise.New(reprise.Config{Store: st})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -122,13 +122,13 @@ func BenchmarkInProcess(b *testing.B) {
 				b.ReportMetric(res.StepsPerSec(), "steps/s")
 				b.ReportMetric(res.AttemptsPerSec(), "attempts/s")
 				if fail > 0 {
-					runs, err := store.RunList(ctx, &reprise.RunListParams{Limit: 500})
+					runs, err := st.RunList(ctx, &reprise.RunListParams{Limit: 500})
 					if err != nil {
 						b.Fatal(err)
 					}
 					var late []time.Duration
 					for _, r := range runs {
-						late = append(late, lateness(b, store, r.ID)...)
+						late = append(late, lateness(b, st, r.ID)...)
 					}
 					b.ReportMetric(float64(percentile(late, 99))/1e6, "p99-retry-late-ms")
 				}
@@ -139,18 +139,18 @@ func BenchmarkInProcess(b *testing.B) {
 
 // retryLateness returns the p-th percentile of how late retries started
 // against their retry_at, over up to 500 of the runs prefix-0...
-func retryLateness(b *testing.B, store reprise.Store, prefix string, n, p int) time.Duration {
+func retryLateness(b *testing.B, st reprise.Store, prefix string, n, p int) time.Duration {
 	var late []time.Duration
 	for i := 0; i < n; i += max(1, n/500) {
-		late = append(late, lateness(b, store, fmt.Sprintf("%s-%d", prefix, i))...)
+		late = append(late, lateness(b, st, fmt.Sprintf("%s-%d", prefix, i))...)
 	}
 	return percentile(late, p)
 }
 
 // lateness lists, for each retry of a run, how long after its retry_at its
 // attempt started.
-func lateness(b *testing.B, store reprise.Store, id string) []time.Duration {
-	events, err := store.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
+func lateness(b *testing.B, st reprise.Store, id string) []time.Duration {
+	events, err := st.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -65,16 +65,16 @@ func TestEngineProcess(t *testing.T) {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	writers, _ := strconv.Atoi(os.Getenv(envWriters))
-	store, err := postgres.Open(ctx, os.Getenv(envDSN), &postgres.Options{
+	st, err := postgres.Open(ctx, os.Getenv(envDSN), &postgres.Options{
 		Schema: os.Getenv(envSchema), NoMigrate: true, Logger: log,
 		MaxConns: int32(max(4, concurrency/10)), Writers: writers,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer st.Close()
 	e, err := reprise.New(reprise.Config{
-		Store: store, WorkerID: id, Logger: log,
+		Store: st, WorkerID: id, Logger: log,
 		LeaseTTL: ttl, RunLeaseTTL: 2 * ttl, PollInterval: 200 * time.Millisecond,
 		MaxConcurrentSteps: concurrency, ShutdownGrace: time.Second,
 	})
