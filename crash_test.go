@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reprise/store"
 	"strconv"
 	"strings"
 	"syscall"
@@ -162,7 +163,7 @@ func (c *crashChild) history() map[string][]reprise.Event {
 	all := map[string][]reprise.Event{}
 	for i := range c.runs {
 		id := fmt.Sprintf("run-%d", i)
-		events, err := st.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
+		events, err := st.HistoryList(context.Background(), &store.HistoryListParams{RunID: id})
 		if err != nil && !errors.Is(err, reprise.ErrNotFound) {
 			c.t.Fatal(err)
 		}
@@ -215,9 +216,9 @@ func completedKeys(h map[string][]reprise.Event) map[string]bool {
 		scheduled := map[int]string{}
 		for _, ev := range events {
 			switch ev.Type {
-			case reprise.EventStepScheduled:
+			case store.EventStepScheduled:
 				scheduled[ev.Position] = ev.IdempotencyKey
-			case reprise.EventStepCompleted:
+			case store.EventStepCompleted:
 				keys[fmt.Sprintf("%s/%d/%s", id, ev.Position, scheduled[ev.Position])] = true
 			}
 		}
@@ -243,7 +244,7 @@ func (c *crashChild) finish(completedAtKill map[string]bool, effectsAtKill map[s
 	h := c.history()
 	effects := c.effectCount()
 	for id, events := range h {
-		if n := len(events); n == 0 || events[n-1].Type != reprise.EventRunCompleted {
+		if n := len(events); n == 0 || events[n-1].Type != store.EventRunCompleted {
 			t.Errorf("%s did not complete: %+v", id, events)
 			continue
 		}
@@ -252,7 +253,7 @@ func (c *crashChild) finish(completedAtKill map[string]bool, effectsAtKill map[s
 			if ev.Seq != int64(i+1) {
 				t.Errorf("%s: event %d has seq %d", id, i, ev.Seq)
 			}
-			if ev.Type == reprise.EventStepCompleted {
+			if ev.Type == store.EventStepCompleted {
 				seen[ev.Position]++
 			}
 		}
@@ -283,7 +284,7 @@ func TestCrashDuringStep(t *testing.T) {
 		started := 0
 		for _, events := range h {
 			for _, ev := range events {
-				if ev.Type == reprise.EventStepCompleted {
+				if ev.Type == store.EventStepCompleted {
 					started++
 				}
 			}
@@ -297,9 +298,9 @@ func TestCrashDuringStep(t *testing.T) {
 		open := map[int]bool{}
 		for _, ev := range events {
 			switch ev.Type {
-			case reprise.EventAttemptStarted:
+			case store.EventAttemptStarted:
 				open[ev.Position] = true
-			case reprise.EventStepCompleted:
+			case store.EventStepCompleted:
 				delete(open, ev.Position)
 			}
 		}
@@ -331,7 +332,7 @@ func TestCrashAfterEffectBeforeOutcome(t *testing.T) {
 
 func completedKeysAt(h map[string][]reprise.Event, id string, pos int) string {
 	for _, ev := range h[id] {
-		if ev.Type == reprise.EventStepScheduled && ev.Position == pos {
+		if ev.Type == store.EventStepScheduled && ev.Position == pos {
 			return fmt.Sprintf("%s/%d/%s", id, pos, ev.IdempotencyKey)
 		}
 	}
@@ -345,7 +346,7 @@ func TestCrashDuringBackoff(t *testing.T) {
 	var retryAt time.Time
 	c.waitHistory(func(h map[string][]reprise.Event) bool {
 		for _, ev := range h["run-0"] {
-			if ev.Type == reprise.EventAttemptFailed {
+			if ev.Type == store.EventAttemptFailed {
 				retryAt = ev.RetryAt
 				return true
 			}
@@ -359,7 +360,7 @@ func TestCrashDuringBackoff(t *testing.T) {
 	h := c.finish(nil, nil)
 	var second time.Time
 	for _, ev := range h["run-0"] {
-		if ev.Type == reprise.EventAttemptStarted && ev.Position == 2 && ev.Attempt == 2 {
+		if ev.Type == store.EventAttemptStarted && ev.Position == 2 && ev.Attempt == 2 {
 			second = ev.At
 		}
 	}

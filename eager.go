@@ -3,6 +3,7 @@ package reprise
 import (
 	"context"
 	"fmt"
+	"reprise/store"
 	"sync"
 	"time"
 )
@@ -23,7 +24,7 @@ const eagerWait = 250 * time.Millisecond
 // A birth is an eager start waiting for its runner to create the run.
 type birth struct {
 	ctx    context.Context // StartRun's: the create is its call
-	params RunCreateParams
+	params store.RunCreateParams
 	done   chan birthResult // the create's outcome, sent once
 
 	mu    sync.Mutex
@@ -72,9 +73,9 @@ func (b *birth) abandon() bool {
 // startEager runs the workflow's code and creates the run with its first
 // advance. A result with fallback set says that StartRun must create the
 // run itself, unowned, for a claim to replay it.
-func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p RunCreateParams) birthResult {
+func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p store.RunCreateParams) birthResult {
 	b := &birth{ctx: ctx, params: p, done: make(chan birthResult, 1)}
-	r := newRunner(e, RunLease{Run: &Run{ID: p.ID, Workflow: p.Workflow, Input: p.Input, Execution: 1}}, wf)
+	r := newRunner(e, store.RunLease{Run: &Run{ID: p.ID, Workflow: p.Workflow, Input: p.Input, Execution: 1}}, wf)
 	r.birth = b
 	e.mu.Lock()
 	if !e.running {
@@ -107,7 +108,7 @@ func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p RunCreateP
 // ok is false when there is no run for this runner to go on with (it
 // exists already, the store failed, or StartRun gave up waiting); the
 // runner must then exit without a trace.
-func (r *runner) create(finish *RunFinish) (adv *Advanced, ok bool) {
+func (r *runner) create(finish *store.RunFinish) (adv *store.Advanced, ok bool) {
 	b := r.birth
 	if !b.begin() {
 		r.birth = nil
@@ -119,10 +120,10 @@ func (r *runner) create(finish *RunFinish) (adv *Advanced, ok bool) {
 	if finish != nil {
 		// As a run's end always does, it drops what the code scheduled
 		// and did not wait for.
-		p.First = &RunAdvanceParams{Cancels: r.cancels, Finish: finish}
+		p.First = &store.RunAdvanceParams{Cancels: r.cancels, Finish: finish}
 	} else {
 		reserved = e.reserve(r.steps)
-		p.First = &RunAdvanceParams{
+		p.First = &store.RunAdvanceParams{
 			Steps: r.steps, Timers: r.timers, Markers: r.markers, Children: r.children, Cancels: r.cancels,
 			LeaseOwner: e.id, LeaseTTL: e.cfg.LeaseTTL,
 		}

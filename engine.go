@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"reprise/store"
 	"slices"
 	"strings"
 	"sync"
@@ -22,7 +23,7 @@ import (
 // Config configures an Engine. Its zero value, with a Store, works.
 type Config struct {
 	// Store holds all durable state. Required.
-	Store Store
+	Store store.Store
 	// Clock tells time; give the Store the same clock's Now.
 	// Default: SystemClock.
 	Clock Clock
@@ -82,7 +83,7 @@ type Config struct {
 // An Engine runs workflows and their steps against a Store.
 type Engine struct {
 	cfg      Config
-	store    Store
+	store    store.Store
 	clock    Clock
 	log      *slog.Logger
 	id       string
@@ -232,7 +233,7 @@ func defaultWorkerID() string {
 func (e *Engine) WorkerID() string { return e.id }
 
 // Store returns the engine's store.
-func (e *Engine) Store() Store { return e.store }
+func (e *Engine) Store() store.Store { return e.store }
 
 // A Definition is a workflow or step to register.
 type Definition interface {
@@ -364,7 +365,7 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	if wf == nil {
 		return nil, false, fmt.Errorf("start run: workflow %q: %w", workflow, ErrNotRegistered)
 	}
-	p := RunCreateParams{ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL}
+	p := store.RunCreateParams{ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL}
 	if owner != "" {
 		if res := e.startEager(ctx, wf, p); !res.fallback {
 			return res.run, res.created, res.err
@@ -400,14 +401,14 @@ func (e *Engine) GetRun(ctx context.Context, id string) (*Run, error) {
 
 // History returns a run's history.
 func (e *Engine) History(ctx context.Context, id string) ([]Event, error) {
-	return e.store.HistoryList(ctx, &HistoryListParams{RunID: id})
+	return e.store.HistoryList(ctx, &store.HistoryListParams{RunID: id})
 }
 
 // Cancel cancels a run: its timers and pending steps are dropped, running
 // attempts are cancelled with cause ErrCancelled and their results
 // rejected. Cancelling a finished run returns ErrRunFinished.
 func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
-	run, err := e.store.RunCancel(ctx, &RunCancelParams{ID: id, Reason: reason})
+	run, err := e.store.RunCancel(ctx, &store.RunCancelParams{ID: id, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
@@ -466,7 +467,7 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) er
 	if err != nil {
 		return fmt.Errorf("signal %s: encode payload: %w", name, err)
 	}
-	o, err := e.store.SignalSend(ctx, &SignalSendParams{RunID: runID, Name: name, Payload: b})
+	o, err := e.store.SignalSend(ctx, &store.SignalSendParams{RunID: runID, Name: name, Payload: b})
 	if err != nil {
 		return fmt.Errorf("signal %s to run %s: %w", name, runID, err)
 	}
@@ -479,7 +480,7 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) er
 // budget and the workflow goes on from there. by says who, for the
 // history; earlier attempts stay in it.
 func (e *Engine) Redrive(ctx context.Context, runID, by string) error {
-	if _, err := e.store.RunRedrive(ctx, &RunRedriveParams{ID: runID, By: by}); err != nil {
+	if _, err := e.store.RunRedrive(ctx, &store.RunRedriveParams{ID: runID, By: by}); err != nil {
 		return fmt.Errorf("redrive run %s: %w", runID, err)
 	}
 	e.claimSoon()
@@ -588,7 +589,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.dispatch(ctx) })
 	loops.Go(func() { e.claimRuns(ctx) })
 	loops.Go(func() { e.watchWaiting(ctx) })
-	if n, ok := e.store.(Notifier); ok {
+	if n, ok := e.store.(store.Notifier); ok {
 		loops.Go(func() {
 			if err := n.Listen(ctx, e.notice); err != nil && ctx.Err() == nil {
 				e.log.Warn("listen for notices; polling instead", "err", err)
@@ -605,7 +606,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.stopRuns(ErrShutdown)
 	e.runnersWG.Wait()
 	// Hand the runs over at once rather than when their leases lapse.
-	if err := e.store.RunRenew(e.storeCtx, &RunRenewParams{Owner: e.id}); err != nil {
+	if err := e.store.RunRenew(e.storeCtx, &store.RunRenewParams{Owner: e.id}); err != nil {
 		e.log.Warn("release run leases", "err", err)
 	}
 
@@ -643,7 +644,7 @@ func (e *Engine) claimRuns(ctx context.Context) {
 		}
 		e.busy.Add(1)
 		if now := e.clock.Now(); now.Sub(lastRenew) >= renewEvery {
-			if err := e.store.RunRenew(ctx, &RunRenewParams{Owner: e.id, LeaseTTL: e.cfg.RunLeaseTTL}); err != nil && ctx.Err() == nil {
+			if err := e.store.RunRenew(ctx, &store.RunRenewParams{Owner: e.id, LeaseTTL: e.cfg.RunLeaseTTL}); err != nil && ctx.Err() == nil {
 				e.log.Warn("renew run leases", "err", err)
 			}
 			lastRenew = now
@@ -653,7 +654,7 @@ func (e *Engine) claimRuns(ctx context.Context) {
 			lastLook = now
 		}
 		e.claimRunsOnce(ctx)
-		if _, ok := e.store.(Notifier); ok {
+		if _, ok := e.store.(store.Notifier); ok {
 			e.pollRunners(e.clock.Now())
 		}
 		e.busy.Add(-1)
@@ -692,7 +693,7 @@ func (e *Engine) claimRunsOnce(ctx context.Context) {
 		if limit <= 0 {
 			return
 		}
-		leases, err := e.store.RunClaim(ctx, &RunClaimParams{
+		leases, err := e.store.RunClaim(ctx, &store.RunClaimParams{
 			Owner: e.id, Workflows: names, Limit: limit, LeaseTTL: e.cfg.RunLeaseTTL,
 		})
 		if err != nil {
@@ -776,7 +777,7 @@ func (e *Engine) pollRunners(now time.Time) {
 // startRunner starts executing a run this engine has leased; fresh says
 // that its history is RunStarted alone (it was just created, or claimed
 // so), so there is none to load; claimed, that claimRunsOnce claimed it.
-func (e *Engine) startRunner(lease RunLease, fresh, claimed bool) {
+func (e *Engine) startRunner(lease store.RunLease, fresh, claimed bool) {
 	e.mu.Lock()
 	wf := e.workflows[lease.Run.Workflow]
 	if r := e.runners[lease.Run.ID]; r != nil {
@@ -835,7 +836,7 @@ func (e *Engine) runnerDone(r *runner, finished bool) {
 // pass (a store error): it is replayed from history a little later.
 func (e *Engine) runnerFailed(r *runner, err error) {
 	e.log.Warn("run interrupted; replaying it later", "run_id", r.id, "err", err)
-	lease := RunLease{Run: r.known(), Token: r.token.Load()}
+	lease := store.RunLease{Run: r.known(), Token: r.token.Load()}
 	e.runnerDone(r, false)
 	e.replayLater(lease)
 }
@@ -849,7 +850,7 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 	e.runnerDone(r, false)
 	// Once r is out of e.runners no claim can store a token in it.
 	if newer := r.token.Load(); newer != token {
-		e.startRunner(RunLease{Token: newer, Run: r.known()}, false, false)
+		e.startRunner(store.RunLease{Token: newer, Run: r.known()}, false, false)
 	}
 }
 
@@ -858,7 +859,7 @@ func (e *Engine) runnerLeaseLost(r *runner, token int64) {
 // under the same lease.
 func (e *Engine) runnerReplay(r *runner) {
 	e.runnerDone(r, false)
-	e.startRunner(RunLease{Token: r.token.Load(), Run: r.known()}, false, false)
+	e.startRunner(store.RunLease{Token: r.token.Load(), Run: r.known()}, false, false)
 }
 
 // handOffMargin is how long an attempt's lease must still hold for its
@@ -870,7 +871,7 @@ const handOffMargin = 2 * time.Second
 // handOff gives a successful attempt's result to its run's runner, if the
 // run's workflow waits for exactly that step here (see runner.handOff) and
 // the attempt's lease leaves time to record it.
-func (e *Engine) handOff(t *Task, out json.RawMessage) bool {
+func (e *Engine) handOff(t *store.Task, out json.RawMessage) bool {
 	if e.clock.Now().Add(handOffMargin).After(t.LeaseUntil) {
 		return false
 	}
@@ -883,7 +884,7 @@ func (e *Engine) handOff(t *Task, out json.RawMessage) bool {
 // replayLater starts a runner for a run this engine holds after
 // PollInterval, and tries again while the store fails: this engine renews
 // the run's lease all along, so no other engine would take the run over.
-func (e *Engine) replayLater(lease RunLease) {
+func (e *Engine) replayLater(lease store.RunLease) {
 	e.clock.AfterFunc(e.cfg.PollInterval, func() {
 		run, err := e.store.RunGet(e.storeCtx, lease.Run.ID)
 		switch {
@@ -903,7 +904,7 @@ func (e *Engine) isRunning() bool {
 }
 
 // deliver hands what a store call appended to the runner that waits for it.
-func (e *Engine) deliver(o *Outcome) {
+func (e *Engine) deliver(o *store.Outcome) {
 	if o == nil || o.Owner != e.id {
 		return
 	}
@@ -924,11 +925,11 @@ func (e *Engine) Activity() (busy, steps, progress int64) {
 }
 
 // notice reacts to a store's notice: work another process made for this one.
-func (e *Engine) notice(n Notice) {
+func (e *Engine) notice(n store.Notice) {
 	switch n.Kind {
-	case NoticeTaskReady:
+	case store.NoticeTaskReady:
 		e.kick()
-	case NoticeOutcome:
+	case store.NoticeOutcome:
 		if n.Owner != e.id {
 			return
 		}
@@ -938,7 +939,7 @@ func (e *Engine) notice(n Notice) {
 		if r != nil && r.heard(n.Seq) {
 			r.resync()
 		}
-	case NoticeResync:
+	case store.NoticeResync:
 		// Outcomes noticed while the listener was away were lost.
 		e.mu.Lock()
 		for _, r := range e.runners {
@@ -946,7 +947,7 @@ func (e *Engine) notice(n Notice) {
 		}
 		e.mu.Unlock()
 		fallthrough
-	case NoticeRunReady:
+	case store.NoticeRunReady:
 		e.claimSoon()
 		e.kick()
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"reprise/store"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -125,7 +126,7 @@ func TestSelectReplaysTheSameWinner(t *testing.T) {
 	h, _ := wf.Start(t.Context(), env.Engine, 0)
 	// Let the timer win and the step be cancelled, while the gate waits an hour.
 	env.AdvanceUntil(func() bool {
-		return gateCalls.Load() == 1 && countEvents(env.History(h.ID), reprise.EventStepCancelRequested) == 1
+		return gateCalls.Load() == 1 && countEvents(env.History(h.ID), store.EventStepCancelRequested) == 1
 	})
 	env.Restart(nil, wf, slow, gate)
 	env.Wait(h.ID)
@@ -167,7 +168,7 @@ func TestShutdownGraceThenRetryAfterRestart(t *testing.T) {
 	if c, _ := causes.Load().(error); !errors.Is(c, reprise.ErrShutdown) {
 		t.Fatalf("attempt cancelled with cause %v, want ErrShutdown", c)
 	}
-	if n := countEvents(env.History(h.ID), reprise.EventAttemptFailed); n != 0 {
+	if n := countEvents(env.History(h.ID), store.EventAttemptFailed); n != 0 {
 		t.Fatalf("shutdown recorded %d failures; the lease should just lapse", n)
 	}
 	env.Restart(cfg, wf, hang)
@@ -177,7 +178,7 @@ func TestShutdownGraceThenRetryAfterRestart(t *testing.T) {
 	}
 	var failed *reprise.Event
 	for _, ev := range env.History(h.ID) {
-		if ev.Type == reprise.EventAttemptFailed {
+		if ev.Type == store.EventAttemptFailed {
 			failed = &ev
 		}
 	}
@@ -216,7 +217,7 @@ func TestPerNameDefaultPolicies(t *testing.T) {
 	want := map[int]int{1: 4, 2: 3, 3: 2, 4: 1, 5: 1}
 	got := map[int]int{}
 	for _, ev := range env.History(h.ID) {
-		if ev.Type == reprise.EventStepFailed {
+		if ev.Type == store.EventStepFailed {
 			got[ev.Position] = ev.Attempt
 		}
 	}
@@ -302,20 +303,20 @@ func TestHandedResultRefusedReplays(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return held.Load() })
-	if n := countEvents(env.History(h.ID), reprise.EventStepCompleted); n != 0 {
+	if n := countEvents(env.History(h.ID), store.EventStepCompleted); n != 0 {
 		t.Fatalf("%d StepCompleted before the workflow's next advance, want the result handed over unrecorded", n)
 	}
 	env.Clock.Advance(time.Minute) // the first attempt's lease lapses: Timeout, retried
-	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
 	env.Clock.Advance(time.Second) // the retry's backoff; the held workflow keeps the clock from moving
-	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventStepCompleted) == 1 })
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventStepCompleted) == 1 })
 	release()
 	run := env.Wait(h.ID)
 	if string(run.Output) != `"v2"` {
 		t.Errorf("output %s, want the recorded retry's \"v2\"", run.Output)
 	}
 	for _, ev := range env.History(h.ID) {
-		if ev.Type == reprise.EventStepCompleted && ev.Attempt != 2 {
+		if ev.Type == store.EventStepCompleted && ev.Attempt != 2 {
 			t.Errorf("StepCompleted by attempt %d, want 2", ev.Attempt)
 		}
 	}

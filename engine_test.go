@@ -3,6 +3,7 @@ package reprise_test
 import (
 	"context"
 	"errors"
+	"reprise/store"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,13 +56,13 @@ func TestFlakyStepSucceedsAndWorkflowSeesResult(t *testing.T) {
 		t.Errorf("step saw %d idempotency keys across attempts, want 1", n)
 	}
 	h2 := env.History(h.ID)
-	if c := countEvents(h2, reprise.EventAttemptStarted); c != 3 {
+	if c := countEvents(h2, store.EventAttemptStarted); c != 3 {
 		t.Errorf("%d attempts, want 3", c)
 	}
-	want := []reprise.EventType{reprise.EventRunStarted, reprise.EventStepScheduled,
-		reprise.EventAttemptStarted, reprise.EventAttemptFailed,
-		reprise.EventAttemptStarted, reprise.EventAttemptFailed,
-		reprise.EventAttemptStarted, reprise.EventStepCompleted, reprise.EventRunCompleted}
+	want := []reprise.EventType{store.EventRunStarted, store.EventStepScheduled,
+		store.EventAttemptStarted, store.EventAttemptFailed,
+		store.EventAttemptStarted, store.EventAttemptFailed,
+		store.EventAttemptStarted, store.EventStepCompleted, store.EventRunCompleted}
 	if len(h2) != len(want) {
 		t.Fatalf("history has %d events, want %d: %+v", len(h2), len(want), h2)
 	}
@@ -128,10 +129,10 @@ func TestPanicsAreFailures(t *testing.T) {
 	}
 	var stepPanic *reprise.Event
 	for _, ev := range env.History(h.ID) {
-		if ev.Type == reprise.EventAttemptFailed {
+		if ev.Type == store.EventAttemptFailed {
 			stepPanic = &ev
 		}
-		if ev.Type == reprise.EventRunFailed && !strings.Contains(ev.Error.Stack, "panicky") && !strings.Contains(ev.Error.Stack, "engine_test.go") {
+		if ev.Type == store.EventRunFailed && !strings.Contains(ev.Error.Stack, "panicky") && !strings.Contains(ev.Error.Stack, "engine_test.go") {
 			t.Errorf("RunFailed keeps no stack: %q", ev.Error.Stack)
 		}
 	}
@@ -173,7 +174,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 	wf := reprise.NewWorkflow("cancel-me", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, step, 0) })
 	env := reprisetest.New(t, nil, wf, step)
 	h, _ := wf.Start(t.Context(), env.Engine, 0)
-	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
 	if err := env.Engine.Cancel(t.Context(), h.ID, "user asked"); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,7 @@ func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 	h, _ := wf.Start(t.Context(), env.Engine, 0)
 	waitFor(t, func() bool { return calls.Load() == 1 })
 	env.Clock.Advance(10 * time.Second) // the attempt's timeout: context cancelled, lease lapses
-	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
 	close(release) // the stale result arrives now
 	env.Wait(h.ID)
 	got, err := h.Result(t.Context())
@@ -244,14 +245,14 @@ func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 		t.Fatalf("result %q, %v; the late result must not count", got, err)
 	}
 	events := env.History(h.ID)
-	if c := countEvents(events, reprise.EventStepCompleted); c != 1 {
+	if c := countEvents(events, store.EventStepCompleted); c != 1 {
 		t.Errorf("%d StepCompleted, want 1", c)
 	}
 	for _, ev := range events {
-		if ev.Type == reprise.EventAttemptFailed && ev.Error.Type != reprise.TypeTimeout {
+		if ev.Type == store.EventAttemptFailed && ev.Error.Type != reprise.TypeTimeout {
 			t.Errorf("first attempt failed with %+v, want Timeout", ev.Error)
 		}
-		if ev.Type == reprise.EventStepCompleted && ev.Attempt != 2 {
+		if ev.Type == store.EventStepCompleted && ev.Attempt != 2 {
 			t.Errorf("completed by attempt %d, want 2", ev.Attempt)
 		}
 	}
@@ -270,7 +271,7 @@ func TestNondeterminismFailsTheRun(t *testing.T) {
 	})
 	env := reprisetest.New(t, nil, v1, a, b, gate)
 	h, _ := v1.Start(t.Context(), env.Engine, 0)
-	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == 1 })
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
 
 	// A new engine with changed code replays the run from its history.
 	v2 := reprise.NewWorkflow("evolving", func(ctx context.Context, _ int) (int, error) {
@@ -315,10 +316,10 @@ func TestManyRetriesAtOnce(t *testing.T) {
 		t.Fatalf("result = %v, %v; want 3", got, err)
 	}
 	events := env.History(h.ID)
-	if c := countEvents(events, reprise.EventAttemptFailed); c != fails {
+	if c := countEvents(events, store.EventAttemptFailed); c != fails {
 		t.Errorf("%d failed attempts, want %d", c, fails)
 	}
-	if c := countEvents(events, reprise.EventStepCompleted); c != 2 {
+	if c := countEvents(events, store.EventStepCompleted); c != 2 {
 		t.Errorf("%d steps completed, want 2", c)
 	}
 	for i, ev := range events {

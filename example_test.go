@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reprise/store"
 	"time"
 
 	"reprise"
@@ -213,7 +214,7 @@ func ExampleWithRetryIf() {
 	h.Result(ctx)
 	events, _ := e.History(ctx, h.ID)
 	for _, ev := range events {
-		if ev.Type == reprise.EventAttemptFailed {
+		if ev.Type == store.EventAttemptFailed {
 			fmt.Printf("attempt %d: %s, decided by the %s\n", ev.Attempt, ev.Reason, ev.Rule)
 		}
 	}

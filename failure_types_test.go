@@ -2,6 +2,7 @@ package reprise_test
 
 import (
 	"context"
+	"reprise/store"
 	"slices"
 	"testing"
 	"time"
@@ -110,9 +111,9 @@ func TestFailureTypes(t *testing.T) {
 			var stopped *reprise.Event
 			for _, ev := range env.History(id) {
 				switch ev.Type {
-				case reprise.EventAttemptFailed:
+				case store.EventAttemptFailed:
 					types = append(types, ev.Error.Type)
-				case reprise.EventStepFailed:
+				case store.EventStepFailed:
 					stopped = &ev
 				}
 			}

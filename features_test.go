@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -57,11 +58,11 @@ func TestSelectCancelsTheLoser(t *testing.T) {
 		t.Errorf("losing attempt cancelled with %v", c)
 	}
 	events := env.History(h.ID)
-	if n := len(eventsOf(events, reprise.EventStepCancelRequested)); n != 1 {
+	if n := len(eventsOf(events, store.EventStepCancelRequested)); n != 1 {
 		t.Errorf("%d StepCancelRequested, want 1", n)
 	}
 	time.Sleep(20 * time.Millisecond)
-	if n := len(eventsOf(env.History(h.ID), reprise.EventStepCompleted)); n != 0 {
+	if n := len(eventsOf(env.History(h.ID), store.EventStepCompleted)); n != 0 {
 		t.Errorf("the late result was recorded")
 	}
 }
@@ -109,15 +110,15 @@ func TestContinueAsNewDropsStaleEvents(t *testing.T) {
 		t.Fatalf("run %s at execution %d, want completed at 4", run.Status, run.Execution)
 	}
 	events := env.History(h.ID)
-	if n := len(eventsOf(events, reprise.EventRunContinuedAsNew)); n != 3 {
+	if n := len(eventsOf(events, store.EventRunContinuedAsNew)); n != 3 {
 		t.Errorf("%d RunContinuedAsNew, want 3", n)
 	}
-	for _, ev := range eventsOf(events, reprise.EventStepCompleted) {
+	for _, ev := range eventsOf(events, store.EventStepCompleted) {
 		if ev.Execution == 1 {
 			t.Errorf("execution 1's late result was recorded: %+v", ev)
 		}
 	}
-	for _, ev := range eventsOf(events, reprise.EventTimerFired) {
+	for _, ev := range eventsOf(events, store.EventTimerFired) {
 		if ev.Execution != 1 {
 			t.Errorf("a timer of execution %d fired after its execution ended", ev.Execution)
 		}
@@ -184,10 +185,10 @@ func TestChildRuns(t *testing.T) {
 		t.Fatalf("result %d, %v", got, err)
 	}
 	events := env.History(h.ID)
-	if n := len(eventsOf(events, reprise.EventChildStarted)); n != 3 {
+	if n := len(eventsOf(events, store.EventChildStarted)); n != 3 {
 		t.Errorf("%d child runs started, want 3 (two failed, one completed)", n)
 	}
-	if n := len(eventsOf(events, reprise.EventChildFailed)); n != 2 {
+	if n := len(eventsOf(events, store.EventChildFailed)); n != 2 {
 		t.Errorf("%d ChildFailed, want 2", n)
 	}
 }
@@ -234,7 +235,7 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	})
 	env := reprisetest.New(t, nil, v1, a, b, gate)
 	old, _ := v1.Start(t.Context(), env.Engine, 0)
-	waitFor(t, func() bool { return countEvents(env.History(old.ID), reprise.EventAttemptFailed) == 1 })
+	waitFor(t, func() bool { return countEvents(env.History(old.ID), store.EventAttemptFailed) == 1 })
 	env.Restart(nil, v2, a, b, gate)
 	fresh, _ := v2.Start(t.Context(), env.Engine, 0)
 	env.Wait(old.ID)
@@ -245,7 +246,7 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	if got, err := fresh.Result(t.Context()); err != nil || got != "b" {
 		t.Errorf("new run: %q, %v; want the new branch", got, err)
 	}
-	if n := len(eventsOf(env.History(fresh.ID), reprise.EventVersionMarker)); n != 1 {
+	if n := len(eventsOf(env.History(fresh.ID), store.EventVersionMarker)); n != 1 {
 		t.Errorf("new run has %d version markers, want 1", n)
 	}
 }
@@ -276,11 +277,11 @@ func TestRedriveGivesAFreshBudget(t *testing.T) {
 		t.Fatalf("after redrive: %q, %v", got, err)
 	}
 	events := env.History(h.ID)
-	red := eventsOf(events, reprise.EventRunRedriven)
+	red := eventsOf(events, store.EventRunRedriven)
 	if len(red) != 1 || red[0].Reason != "alice" {
 		t.Errorf("RunRedriven = %+v", red)
 	}
-	if n := len(eventsOf(events, reprise.EventAttemptStarted)); n != 4 {
+	if n := len(eventsOf(events, store.EventAttemptStarted)); n != 4 {
 		t.Errorf("%d attempts, want 3 before the redrive and 1 after", n)
 	}
 	if err := env.Engine.Redrive(t.Context(), h.ID, "bob"); !errors.Is(err, reprise.ErrNotRedrivable) {
@@ -300,20 +301,20 @@ func TestPoisonTask(t *testing.T) {
 	}
 	h, _ := wf.Start(t.Context(), env.Engine, 0)
 	for i := range 3 {
-		var tasks []*reprise.Task
+		var tasks []*store.Task
 		waitFor(t, func() bool {
 			tasks, _ = env.Engine.ClaimTasks(t.Context(), "doomed-worker", []string{"remote-job"}, 1)
 			return len(tasks) == 1
 		})
 		// The worker dies: its lease lapses with no result.
 		env.Clock.Advance(time.Minute)
-		waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventAttemptFailed) == i+1 })
+		waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == i+1 })
 	}
 	run := env.Wait(h.ID)
 	if run.Status != reprise.RunFailed {
 		t.Fatalf("run %s", run.Status)
 	}
-	failed := eventsOf(env.History(h.ID), reprise.EventStepFailed)
+	failed := eventsOf(env.History(h.ID), store.EventStepFailed)
 	if len(failed) != 1 || failed[0].Error.Type != reprise.TypePoison || failed[0].Attempt != 3 {
 		t.Fatalf("StepFailed = %+v, want Poison after 3 attempts", failed)
 	}
@@ -339,7 +340,7 @@ func TestLosingTimerIsNotConsumedLater(t *testing.T) {
 	if got, err := h.Result(t.Context()); err != nil || got != "2m0s" {
 		t.Fatalf("the sleep after the select took %q (%v), want 2m0s", got, err)
 	}
-	fired := eventsOf(env.History(h.ID), reprise.EventTimerFired)
+	fired := eventsOf(env.History(h.ID), store.EventTimerFired)
 	if len(fired) != 1 || fired[0].Position != 3 {
 		t.Errorf("timers fired: %+v, want only the sleep's (position 3)", fired)
 	}
@@ -355,7 +356,7 @@ func TestSignalsSurviveARestart(t *testing.T) {
 	env := reprisetest.New(t, nil, wf)
 	h, _ := wf.Start(t.Context(), env.Engine, 0)
 	env.Engine.Signal(t.Context(), h.ID, "next", "one")
-	waitFor(t, func() bool { return countEvents(env.History(h.ID), reprise.EventSignalReceived) == 1 })
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventSignalReceived) == 1 })
 	env.Restart(nil, wf)
 	env.Engine.Signal(t.Context(), h.ID, "next", "two")
 	env.Wait(h.ID)
@@ -377,7 +378,7 @@ func TestChildSurvivesParentsEngineRestart(t *testing.T) {
 	h, _ := parent.Start(t.Context(), env.Engine, 0)
 	waitFor(t, func() bool {
 		events, err := env.Engine.History(t.Context(), h.ID+"/1")
-		return err == nil && countEvents(events, reprise.EventAttemptFailed) == 1
+		return err == nil && countEvents(events, store.EventAttemptFailed) == 1
 	})
 	env.Restart(nil, parent, child, gate)
 	env.Wait(h.ID)

@@ -3,6 +3,7 @@ package reprise_test
 import (
 	"context"
 	"errors"
+	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,7 @@ func TestRetryIfAndNextDelayAreRecorded(t *testing.T) {
 	env.Wait(h.ID)
 	var failed []reprise.Event
 	for _, ev := range env.History(h.ID) {
-		if ev.Type == reprise.EventAttemptFailed {
+		if ev.Type == store.EventAttemptFailed {
 			failed = append(failed, ev)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -86,11 +87,11 @@ func TestLostWorkerChild(t *testing.T) {
 
 // openLostStore opens "sqlite:PATH" or "postgres:SCHEMA" (on the test
 // database).
-func openLostStore(t *testing.T, spec string) reprise.Store {
+func openLostStore(t *testing.T, spec string) store.Store {
 	t.Helper()
 	kind, arg, _ := strings.Cut(spec, ":")
 	var (
-		st  reprise.Store
+		st  store.Store
 		err error
 	)
 	if kind == "postgres" {
@@ -157,7 +158,7 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 		}
 		st := openLostStore(t, spec)
 		defer st.Close()
-		events, err := st.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: "run-0"})
+		events, err := st.HistoryList(context.Background(), &store.HistoryListParams{RunID: "run-0"})
 		if err != nil && !errors.Is(err, reprise.ErrNotFound) {
 			t.Fatal(err)
 		}
@@ -169,9 +170,9 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 	waitForChild(t, func() bool {
 		for _, ev := range history() {
 			switch {
-			case scenario == "mid-step" && ev.Type == reprise.EventAttemptStarted:
+			case scenario == "mid-step" && ev.Type == store.EventAttemptStarted:
 				return lineCount(t, effects) == 1 // the step is in its code
-			case scenario == "backoff" && ev.Type == reprise.EventAttemptFailed:
+			case scenario == "backoff" && ev.Type == store.EventAttemptFailed:
 				retryAt = ev.RetryAt
 				return true
 			}
@@ -199,7 +200,7 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 	}
 
 	events := history()
-	if n := len(events); n == 0 || events[n-1].Type != reprise.EventRunCompleted {
+	if n := len(events); n == 0 || events[n-1].Type != store.EventRunCompleted {
 		t.Fatalf("run did not complete: %+v", events)
 	}
 	var failed []reprise.Event
@@ -207,11 +208,11 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 	var second2 time.Time
 	for _, ev := range events {
 		switch ev.Type {
-		case reprise.EventStepScheduled:
+		case store.EventStepScheduled:
 			key = ev.IdempotencyKey
-		case reprise.EventAttemptFailed:
+		case store.EventAttemptFailed:
 			failed = append(failed, ev)
-		case reprise.EventAttemptStarted:
+		case store.EventAttemptStarted:
 			if ev.Attempt == 2 {
 				second2 = ev.At
 			}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
@@ -98,13 +99,13 @@ func TestRetriesAtOnceShareAPlainInput(t *testing.T) {
 	if run.Status != reprise.RunCompleted {
 		t.Fatalf("run %s: %v", run.Status, run.Error)
 	}
-	history, err := env.Store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: h.ID})
+	history, err := env.Store.HistoryList(t.Context(), &store.HistoryListParams{RunID: h.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
 	started := 0
 	for _, e := range history {
-		if e.Type == reprise.EventAttemptStarted {
+		if e.Type == store.EventAttemptStarted {
 			started++
 		}
 	}

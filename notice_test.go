@@ -2,6 +2,7 @@ package reprise_test
 
 import (
 	"context"
+	"reprise/store"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,11 +13,11 @@ import (
 
 // readCounting is a real store that counts history reads.
 type readCounting struct {
-	reprise.Store
+	store.Store
 	reads atomic.Int32
 }
 
-func (s *readCounting) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
+func (s *readCounting) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]reprise.Event, error) {
 	s.reads.Add(1)
 	return s.Store.HistoryList(ctx, p)
 }
@@ -46,18 +47,18 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 	// The run waits for its step, resident, having read nothing.
 	var last int64
 	waitFor(t, func() bool {
-		events, err := counted.Store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: h.ID})
+		events, err := counted.Store.HistoryList(t.Context(), &store.HistoryListParams{RunID: h.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
 		last = events[len(events)-1].Seq
-		return events[len(events)-1].Type == reprise.EventAttemptStarted
+		return events[len(events)-1].Type == store.EventAttemptStarted
 	})
 	idle := func() bool { busy, _, _ := e.Activity(); return busy == 0 }
 	waitFor(t, idle)
 	base := counted.reads.Load()
 
-	outcome := reprise.Notice{Kind: reprise.NoticeOutcome, RunID: h.ID, Owner: "engine-a"}
+	outcome := store.Notice{Kind: store.NoticeOutcome, RunID: h.ID, Owner: "engine-a"}
 	known := outcome
 	known.Seq = last
 	e.Notify(known)
@@ -67,7 +68,7 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 		t.Fatalf("a notice of events the run has cost %d history reads, want 0", n)
 	}
 
-	for _, n := range []reprise.Notice{outcome, {Kind: reprise.NoticeOutcome, RunID: h.ID, Owner: "engine-a", Seq: last + 1}} {
+	for _, n := range []store.Notice{outcome, {Kind: store.NoticeOutcome, RunID: h.ID, Owner: "engine-a", Seq: last + 1}} {
 		before := counted.reads.Load()
 		e.Notify(n)
 		waitFor(t, func() bool { return counted.reads.Load() > before })

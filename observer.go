@@ -1,6 +1,7 @@
 package reprise
 
 import (
+	"reprise/store"
 	"time"
 
 	"reprise/retry"
@@ -113,7 +114,7 @@ func outcomeOf(err error, errType string) AttemptOutcome {
 }
 
 // observeFail reports a failed attempt whose failure p was recorded.
-func (e *Engine) observeFail(t *Task, err error, p *TaskFailParams) {
+func (e *Engine) observeFail(t *store.Task, err error, p *store.TaskFailParams) {
 	end := AttemptEnd{
 		AttemptInfo: AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner},
 		Outcome:     outcomeOf(err, p.Error.Type), ErrorType: p.Error.Type, Retry: p.Retry,
@@ -133,7 +134,7 @@ func (e *Engine) observeFail(t *Task, err error, p *TaskFailParams) {
 }
 
 // observeOK reports a successful attempt, recorded or handed to its run.
-func (e *Engine) observeOK(t *Task) {
+func (e *Engine) observeOK(t *store.Task) {
 	if e.cfg.Observer == nil {
 		return
 	}
@@ -145,7 +146,7 @@ func (e *Engine) observeOK(t *Task) {
 }
 
 // observeStale reports a result the store refused.
-func (e *Engine) observeStale(t *Task) {
+func (e *Engine) observeStale(t *store.Task) {
 	if e.cfg.Observer != nil {
 		e.cfg.Observer.StaleResultRefused(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
 	}

@@ -3,6 +3,7 @@ package reprise_test
 import (
 	"context"
 	"fmt"
+	"reprise/store"
 	"testing"
 	"time"
 
@@ -94,16 +95,16 @@ func checkAttempts(t *testing.T, events []reprise.Event, pol *retry.Policy, atte
 	var key string
 	for i, ev := range events {
 		switch ev.Type {
-		case reprise.EventStepScheduled:
+		case store.EventStepScheduled:
 			key = ev.IdempotencyKey
-		case reprise.EventAttemptStarted:
+		case store.EventAttemptStarted:
 			if ev.Attempt != len(started)+1 {
 				t.Errorf("AttemptStarted #%d has attempt %d", len(started)+1, ev.Attempt)
 			}
 			started = append(started, ev)
-		case reprise.EventAttemptFailed:
+		case store.EventAttemptFailed:
 			failed = append(failed, ev)
-		case reprise.EventStepFailed:
+		case store.EventStepFailed:
 			stepFailed = &events[i]
 		}
 	}

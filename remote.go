@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reprise/store"
 
 	"reprise/retry"
 )
@@ -38,15 +39,15 @@ func (e *Engine) RegisterRemoteStep(name string, policy *retry.Policy) error {
 // starting an attempt of each. The store keeps each attempt
 // (TaskAttemptList), so that a result the worker sends again after its
 // task is done can be told from a stale one.
-func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, limit int) ([]*Task, error) {
+func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, limit int) ([]*store.Task, error) {
 	if worker == "" || len(steps) == 0 || limit <= 0 {
 		return nil, errors.New("claim tasks: need a worker, step names and a positive limit")
 	}
-	quotas := make([]StepQuota, len(steps))
+	quotas := make([]store.StepQuota, len(steps))
 	for i, s := range steps {
-		quotas[i] = StepQuota{Name: s, Limit: limit}
+		quotas[i] = store.StepQuota{Name: s, Limit: limit}
 	}
-	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: worker, Steps: quotas, Limit: limit, LeaseTTL: e.cfg.LeaseTTL,
+	tasks, err := e.store.TaskClaim(ctx, &store.TaskClaimParams{Owner: worker, Steps: quotas, Limit: limit, LeaseTTL: e.cfg.LeaseTTL,
 		Keep: true})
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
@@ -69,13 +70,13 @@ func (e *Engine) CompleteTask(ctx context.Context, taskID, token int64, output j
 	if len(output) == 0 {
 		output = json.RawMessage("null")
 	}
-	var t *Task
+	var t *store.Task
 	if e.cfg.Observer != nil {
 		// The observer needs the step and the attempt's start; a task
 		// already gone is reported by the write below.
 		t, _ = e.store.TaskGet(ctx, taskID)
 	}
-	o, err := e.store.TaskComplete(ctx, &TaskCompleteParams{TaskID: taskID, Token: token, Output: output})
+	o, err := e.store.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: taskID, Token: token, Output: output})
 	if err != nil {
 		if t != nil && errors.Is(err, ErrLeaseLost) {
 			e.observeStale(t)
@@ -120,17 +121,17 @@ func (e *Engine) FailTask(ctx context.Context, taskID, token int64, err error) e
 }
 
 // HeartbeatTask extends a remote attempt's lease.
-func (e *Engine) HeartbeatTask(ctx context.Context, taskID, token int64) (Task, error) {
-	until, err := e.store.TaskHeartbeat(ctx, &TaskHeartbeatParams{TaskID: taskID, Token: token, LeaseTTL: e.cfg.LeaseTTL})
+func (e *Engine) HeartbeatTask(ctx context.Context, taskID, token int64) (store.Task, error) {
+	until, err := e.store.TaskHeartbeat(ctx, &store.TaskHeartbeatParams{TaskID: taskID, Token: token, LeaseTTL: e.cfg.LeaseTTL})
 	if err != nil {
-		return Task{}, fmt.Errorf("heartbeat task %d: %w", taskID, err)
+		return store.Task{}, fmt.Errorf("heartbeat task %d: %w", taskID, err)
 	}
-	return Task{ID: taskID, Token: token, LeaseUntil: until}, nil
+	return store.Task{ID: taskID, Token: token, LeaseUntil: until}, nil
 }
 
 // leasedTask returns the task a remote worker holds; the decision needs its
 // attempt, start times and policy.
-func (e *Engine) leasedTask(ctx context.Context, taskID, token int64) (*Task, error) {
+func (e *Engine) leasedTask(ctx context.Context, taskID, token int64) (*store.Task, error) {
 	t, err := e.store.TaskGet(ctx, taskID)
 	if errors.Is(err, ErrNotFound) || (err == nil && t.Token != token) {
 		return nil, fmt.Errorf("task %d: %w", taskID, ErrLeaseLost)

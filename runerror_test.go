@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"testing"
 
 	"reprise"
@@ -84,7 +85,7 @@ func TestRunFailsWithTheStepsError(t *testing.T) {
 				t.Fatalf("run %s: error %+v, want %+v", run.Status, run.Error, want)
 			}
 			events := env.History(h.ID)
-			if last := events[len(events)-1]; last.Type != reprise.EventRunFailed || last.Error == nil || *last.Error != want {
+			if last := events[len(events)-1]; last.Type != store.EventRunFailed || last.Error == nil || *last.Error != want {
 				t.Errorf("last event %s: error %+v, want %+v", last.Type, last.Error, want)
 			}
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -47,10 +48,10 @@ type runner struct {
 	cmds    map[int]*command
 	nextPos int
 	// The commands buffered for the next RunAdvance.
-	steps    []StepSpec
-	timers   []TimerSpec
-	markers  []MarkerSpec
-	children []ChildSpec
+	steps    []store.StepSpec
+	timers   []store.TimerSpec
+	markers  []store.MarkerSpec
+	children []store.ChildSpec
 	cancels  []int
 	// signals holds the signals received, by name, in history order;
 	// taken counts those the workflow consumed.
@@ -64,7 +65,7 @@ type runner struct {
 
 	// unrecorded are results handed to the workflow that the next advance
 	// records (RunAdvanceParams.Completed).
-	unrecorded []TaskCompleteParams
+	unrecorded []store.TaskCompleteParams
 
 	mu    sync.Mutex
 	inbox []Event
@@ -140,7 +141,7 @@ func (e *leaseLostError) Unwrap() error { return ErrLeaseLost }
 // was cancelled, its lease lost, or the engine is stopping.
 type runExit struct{ cause error }
 
-func newRunner(e *Engine, lease RunLease, wf *workflowEntry) *runner {
+func newRunner(e *Engine, lease store.RunLease, wf *workflowEntry) *runner {
 	ctx, cancel := context.WithCancelCause(e.runCtx)
 	r := &runner{
 		e:         e,
@@ -196,7 +197,7 @@ func (r *runner) push(events []Event) {
 // anything but an attempt's start or failure.
 func settling(events []Event) bool {
 	for i := range events {
-		if t := events[i].Type; t != EventAttemptStarted && t != EventAttemptFailed {
+		if t := events[i].Type; t != store.EventAttemptStarted && t != store.EventAttemptFailed {
 			return true
 		}
 	}
@@ -250,7 +251,7 @@ func (r *runner) run(fresh bool) {
 	if fresh {
 		r.synced = 1 // RunStarted
 	} else {
-		events, err := e.store.HistoryList(e.storeCtx, &HistoryListParams{RunID: r.id})
+		events, err := e.store.HistoryList(e.storeCtx, &store.HistoryListParams{RunID: r.id})
 		if err != nil {
 			e.runnerFailed(r, fmt.Errorf("load history: %w", err))
 			return
@@ -282,7 +283,7 @@ func (r *runner) run(fresh bool) {
 	}
 	// Pending select cancels go with the end, so the history says so.
 	token := r.token.Load()
-	var adv *Advanced
+	var adv *store.Advanced
 	var err error
 	if r.birth != nil {
 		var ok bool
@@ -291,7 +292,7 @@ func (r *runner) run(fresh bool) {
 			return
 		}
 	} else {
-		adv, err = e.store.RunAdvance(e.storeCtx, &RunAdvanceParams{
+		adv, err = e.store.RunAdvance(e.storeCtx, &store.RunAdvanceParams{
 			RunID: r.id, Token: token, Completed: r.unrecorded, Cancels: r.cancels, Finish: finish,
 		})
 	}
@@ -310,7 +311,7 @@ func (r *runner) run(fresh bool) {
 		e.runnerDone(r, false)
 		next := r.known()
 		finish.Apply(next)
-		e.startRunner(RunLease{Token: r.token.Load(), Run: next}, false, false)
+		e.startRunner(store.RunLease{Token: r.token.Load(), Run: next}, false, false)
 	default:
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
 		if e.cfg.Observer != nil {
@@ -333,7 +334,7 @@ func (r *runner) known() *Run {
 
 // finalRun is the run as the store now has it, ended by finish with
 // events, or nil if the runner does not know when the run was created.
-func (r *runner) finalRun(finish *RunFinish, events []Event) *Run {
+func (r *runner) finalRun(finish *store.RunFinish, events []Event) *Run {
 	if r.created.IsZero() || len(events) == 0 {
 		return nil
 	}
@@ -345,7 +346,7 @@ func (r *runner) finalRun(finish *RunFinish, events []Event) *Run {
 
 // execute runs the workflow function and says how the run ends, or why the
 // goroutine must exit without ending it.
-func (r *runner) execute() (finish *RunFinish, exit *runExit) {
+func (r *runner) execute() (finish *store.RunFinish, exit *runExit) {
 	defer func() {
 		p := recover()
 		if p == nil {
@@ -355,9 +356,9 @@ func (r *runner) execute() (finish *RunFinish, exit *runExit) {
 		case runExit:
 			finish, exit = nil, &v
 		case *NondeterminismError:
-			finish, exit = &RunFinish{Status: RunFailed, Error: &ErrorInfo{Type: TypeNondeterminism, Message: v.Error()}}, nil
+			finish, exit = &store.RunFinish{Status: RunFailed, Error: &ErrorInfo{Type: TypeNondeterminism, Message: v.Error()}}, nil
 		default:
-			finish, exit = &RunFinish{Status: RunFailed, Error: &ErrorInfo{
+			finish, exit = &store.RunFinish{Status: RunFailed, Error: &ErrorInfo{
 				Type: TypePanic, Message: fmt.Sprint(p), Stack: string(debug.Stack()),
 			}}, nil
 		}
@@ -370,12 +371,12 @@ func (r *runner) execute() (finish *RunFinish, exit *runExit) {
 		panic(&NondeterminismError{Position: n, Recorded: r.cmds[n].String()})
 	}
 	if can, ok := errors.AsType[*continueAsNew](err); ok {
-		return &RunFinish{ContinueAsNew: true, Input: can.input}, nil
+		return &store.RunFinish{ContinueAsNew: true, Input: can.input}, nil
 	}
 	if err != nil {
-		return &RunFinish{Status: RunFailed, Error: runErrorInfo(err)}, nil
+		return &store.RunFinish{Status: RunFailed, Error: runErrorInfo(err)}, nil
 	}
-	return &RunFinish{Status: RunCompleted, Output: out}, nil
+	return &store.RunFinish{Status: RunCompleted, Output: out}, nil
 }
 
 // unconsumed returns the first recorded position beyond what the code
@@ -407,7 +408,7 @@ func (r *runner) scheduleStep(name string, input json.RawMessage, opts []StepOpt
 	}
 	fut := &future{pos: pos}
 	r.cmds[pos] = &command{kind: cmdStep, name: name, fut: fut}
-	r.steps = append(r.steps, StepSpec{
+	r.steps = append(r.steps, store.StepSpec{
 		Position: pos, Name: name, Input: input, IdempotencyKey: key,
 		PolicyText: pol.text, Policy: pol.json, Timeout: pol.policy.Timeout, StepVersion: version,
 	})
@@ -425,7 +426,7 @@ func (r *runner) scheduleTimer(d time.Duration) *future {
 	}
 	fut := &future{pos: pos}
 	r.cmds[pos] = &command{kind: cmdTimer, fut: fut}
-	r.timers = append(r.timers, TimerSpec{Position: pos, Delay: max(d, 0)})
+	r.timers = append(r.timers, store.TimerSpec{Position: pos, Delay: max(d, 0)})
 	return fut
 }
 
@@ -449,7 +450,7 @@ func (r *runner) version(change string, minV, maxV int) int {
 	}
 	r.take()
 	r.cmds[pos] = &command{kind: cmdMarker, name: change, version: maxV, fut: &future{pos: pos, done: true}}
-	r.markers = append(r.markers, MarkerSpec{Position: pos, Name: change, Version: maxV})
+	r.markers = append(r.markers, store.MarkerSpec{Position: pos, Name: change, Version: maxV})
 	return maxV
 }
 
@@ -465,7 +466,7 @@ func (r *runner) startChild(workflow string, input json.RawMessage) (*future, st
 	}
 	fut := &future{pos: pos}
 	r.cmds[pos] = &command{kind: cmdChild, name: workflow, fut: fut}
-	r.children = append(r.children, ChildSpec{Position: pos, ID: id, Workflow: workflow, Input: input})
+	r.children = append(r.children, store.ChildSpec{Position: pos, ID: id, Workflow: workflow, Input: input})
 	return fut, id
 }
 
@@ -605,7 +606,7 @@ func (r *runner) flush() {
 		r.e.settled(r) // a claimed run: its steps hold its room now
 	}
 	token := r.token.Load()
-	adv, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{
+	adv, err := r.e.store.RunAdvance(r.e.storeCtx, &store.RunAdvanceParams{
 		RunID: r.id, Token: token, Completed: r.unrecorded, Steps: r.steps, Timers: r.timers,
 		Markers: r.markers, Children: r.children, Cancels: r.cancels,
 		LeaseOwner: r.e.id, LeaseTTL: r.e.cfg.LeaseTTL,
@@ -626,7 +627,7 @@ func (r *runner) flush() {
 // advanced takes what a flush recorded: the buffers empty, the events
 // applied, the steps leased at once started; reserved is what the flush
 // reserved for them.
-func (r *runner) advanced(adv *Advanced, reserved []string) {
+func (r *runner) advanced(adv *store.Advanced, reserved []string) {
 	r.recorded(adv.Events)
 	// Steps left in the queue and new timers change when the dispatcher
 	// must next look; the rest does not.
@@ -651,7 +652,7 @@ func (r *runner) recordHanded() {
 	if len(r.unrecorded) == 0 {
 		return
 	}
-	_, err := r.e.store.RunAdvance(r.e.storeCtx, &RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Completed: r.unrecorded})
+	_, err := r.e.store.RunAdvance(r.e.storeCtx, &store.RunAdvanceParams{RunID: r.id, Token: r.token.Load(), Completed: r.unrecorded})
 	if err != nil {
 		r.e.log.Debug("results handed to a stopping run not recorded", "run_id", r.id, "err", err)
 	}
@@ -666,7 +667,7 @@ func (r *runner) recorded(events []Event) {
 	r.unrecorded = r.unrecorded[:0]
 	for i := range events {
 		ev := &events[i]
-		if ev.Type != EventStepCompleted {
+		if ev.Type != store.EventStepCompleted {
 			continue
 		}
 		if c := r.cmds[ev.Position]; c != nil && c.fut.seq == 0 {
@@ -693,7 +694,7 @@ var errReplay = errors.New("replay from history")
 
 // sync reads the events the runner has not seen, closing every gap.
 func (r *runner) sync() {
-	events, err := r.e.store.HistoryList(r.e.storeCtx, &HistoryListParams{RunID: r.id, AfterSeq: r.synced})
+	events, err := r.e.store.HistoryList(r.e.storeCtx, &store.HistoryListParams{RunID: r.id, AfterSeq: r.synced})
 	if err != nil {
 		panic(runExit{fmt.Errorf("read history: %w", err)})
 	}
@@ -738,11 +739,11 @@ func (r *runner) block() {
 // on at once, and its next advance records the result with what follows
 // from it, one transaction instead of two. It reports whether the runner
 // took the result; if not, the caller records it.
-func (r *runner) handOff(t *Task, out json.RawMessage) bool {
+func (r *runner) handOff(t *store.Task, out json.RawMessage) bool {
 	r.mu.Lock()
 	ok := r.waitingFor != 0 && r.waitingFor == t.Position && t.Execution == r.execution && r.handed == nil
 	if ok {
-		r.handed = &handed{pos: t.Position, result: TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt}}
+		r.handed = &handed{pos: t.Position, result: store.TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt}}
 		r.waitingFor = 0
 	}
 	r.mu.Unlock()
@@ -765,7 +766,7 @@ func (r *runner) takeHanded(h *handed) {
 // handed is a result an attempt handed to the runner.
 type handed struct {
 	pos    int
-	result TaskCompleteParams
+	result store.TaskCompleteParams
 }
 
 // apply takes events of the run into the replay state, once each.
@@ -785,55 +786,55 @@ func (r *runner) apply(events []Event) {
 		} else {
 			r.ahead[ev.Seq] = true
 		}
-		if ev.Type == EventRunStarted {
+		if ev.Type == store.EventRunStarted {
 			r.now = ev.At
 		}
 		if ev.Execution != 0 && ev.Execution != r.execution {
 			continue
 		}
 		switch ev.Type {
-		case EventStepScheduled, EventTimerScheduled, EventChildStarted:
+		case store.EventStepScheduled, store.EventTimerScheduled, store.EventChildStarted:
 			if _, ok := r.cmds[ev.Position]; !ok {
 				c := &command{kind: cmdStep, name: ev.Step, fut: &future{pos: ev.Position}}
 				switch ev.Type {
-				case EventTimerScheduled:
+				case store.EventTimerScheduled:
 					c.kind = cmdTimer
-				case EventChildStarted:
+				case store.EventChildStarted:
 					c.kind, c.name = cmdChild, ev.Workflow
 				}
 				r.cmds[ev.Position] = c
 			}
-		case EventVersionMarker:
+		case store.EventVersionMarker:
 			if _, ok := r.cmds[ev.Position]; !ok {
 				r.cmds[ev.Position] = &command{kind: cmdMarker, name: ev.Step, version: ev.Version, fut: &future{pos: ev.Position, done: true}}
 			}
-		case EventStepCancelRequested:
+		case store.EventStepCancelRequested:
 			r.resolve(ev, nil, ErrStepCancelled)
-		case EventSignalReceived:
+		case store.EventSignalReceived:
 			r.signals[ev.Step] = append(r.signals[ev.Step], ev)
-		case EventChildCompleted:
+		case store.EventChildCompleted:
 			r.resolve(ev, ev.Output, nil)
-		case EventChildFailed:
+		case store.EventChildFailed:
 			info := ErrorInfo{Type: "ChildCancelled", Message: "child run " + ev.Reason}
 			if ev.Error != nil {
 				info = *ev.Error
 			}
 			r.resolve(ev, nil, &ChildError{RunID: ev.Child, Status: RunStatus(ev.Reason), Type: info.Type, Message: info.Message,
 				StepError: stepError(&info)})
-		case EventRunRedriven:
+		case store.EventRunRedriven:
 			// The failed step gets new attempts: its outcome is open again.
 			if c, ok := r.cmds[ev.Position]; ok {
 				c.fut.done, c.fut.err, c.fut.out = false, nil, nil
 			}
-		case EventStepCompleted:
+		case store.EventStepCompleted:
 			r.resolve(ev, ev.Output, nil)
-		case EventStepFailed:
+		case store.EventStepFailed:
 			err := &StepError{Step: ev.Step, Position: ev.Position, Attempts: ev.Attempt, Reason: retry.Reason(ev.Reason)}
 			if ev.Error != nil {
 				err.Type, err.Message = ev.Error.Type, ev.Error.Message
 			}
 			r.resolve(ev, nil, err)
-		case EventTimerFired:
+		case store.EventTimerFired:
 			r.resolve(ev, nil, nil)
 		}
 	}

@@ -1,6 +1,9 @@
 package reprise
 
-import "testing"
+import (
+	"reprise/store"
+	"testing"
+)
 
 // TestPushWakesForWhatSettles checks that a runner is woken by events it
 // may have to act on, and by a push without events, but not by attempts
@@ -15,18 +18,18 @@ func TestPushWakesForWhatSettles(t *testing.T) {
 			return false
 		}
 	}
-	r.push([]Event{{Seq: 2, Type: EventAttemptFailed}, {Seq: 3, Type: EventAttemptStarted}})
+	r.push([]Event{{Seq: 2, Type: store.EventAttemptFailed}, {Seq: 3, Type: store.EventAttemptStarted}})
 	if woken() {
 		t.Error("woken by an attempt's failure and the next one's start")
 	}
 	if len(r.inbox) != 2 || r.seen != 3 {
 		t.Errorf("inbox %d events, seen %d; want 2 and 3", len(r.inbox), r.seen)
 	}
-	r.push([]Event{{Seq: 4, Type: EventAttemptFailed}, {Seq: 5, Type: EventStepFailed}})
+	r.push([]Event{{Seq: 4, Type: store.EventAttemptFailed}, {Seq: 5, Type: store.EventStepFailed}})
 	if !woken() {
 		t.Error("not woken by a step's failure")
 	}
-	r.push([]Event{{Seq: 6, Type: EventStepCompleted}})
+	r.push([]Event{{Seq: 6, Type: store.EventStepCompleted}})
 	if !woken() {
 		t.Error("not woken by a step's completion")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"reprise/store"
 	"sync"
 	"testing"
 	"time"
@@ -27,13 +28,13 @@ func tempSQLite(t *testing.T) *sqlite.Store {
 
 // slowFails is a real store whose first TaskFail waits for release.
 type slowFails struct {
-	reprise.Store
+	store.Store
 	once    sync.Once
 	writing chan struct{} // closed when the first TaskFail arrives
 	release chan struct{}
 }
 
-func (s *slowFails) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
+func (s *slowFails) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.Outcome, error) {
 	s.once.Do(func() {
 		close(s.writing)
 		<-s.release
@@ -80,7 +81,7 @@ func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if started := eventsOf(events, reprise.EventAttemptStarted); len(started) != 2 || started[1].Attempt != 2 {
+	if started := eventsOf(events, store.EventAttemptStarted); len(started) != 2 || started[1].Attempt != 2 {
 		t.Errorf("attempts started %+v, want 1 and 2", started)
 	}
 }
@@ -94,7 +95,7 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 	const runs, slots = 60, 2
 	ctx := t.Context()
 	for i := range runs {
-		if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: fmt.Sprint("backlog-", i), Workflow: "gated", Input: []byte("0")}); err != nil {
+		if _, _, err := db.RunCreate(ctx, &store.RunCreateParams{ID: fmt.Sprint("backlog-", i), Workflow: "gated", Input: []byte("0")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,7 +112,7 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 	reprisetest.Run(t, reprise.Config{Store: db, MaxConcurrentSteps: slots, PollInterval: 10 * time.Millisecond}, step, wf)
 
 	count := func(status reprise.RunStatus) int {
-		list, err := db.RunList(ctx, &reprise.RunListParams{Status: status, Limit: 1000})
+		list, err := db.RunList(ctx, &store.RunListParams{Status: status, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,12 +132,12 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 // holdsAdvances is a real store whose advances that schedule steps wait
 // for release.
 type holdsAdvances struct {
-	reprise.Store
+	store.Store
 	held    chan string // the run of each advance held
 	release chan struct{}
 }
 
-func (s *holdsAdvances) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+func (s *holdsAdvances) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*store.Advanced, error) {
 	if len(p.Steps) > 0 {
 		s.held <- p.RunID
 		<-s.release
@@ -153,7 +154,7 @@ func TestClaimedRunCountsOnceWhileItsStepIsLeased(t *testing.T) {
 	db := tempSQLite(t)
 	st := &holdsAdvances{Store: db, held: make(chan string, 2), release: make(chan struct{})}
 	ctx := t.Context()
-	if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: "first", Workflow: "one", Input: []byte("0")}); err != nil {
+	if _, _, err := db.RunCreate(ctx, &store.RunCreateParams{ID: "first", Workflow: "one", Input: []byte("0")}); err != nil {
 		t.Fatal(err)
 	}
 	step := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil })
@@ -166,7 +167,7 @@ func TestClaimedRunCountsOnceWhileItsStepIsLeased(t *testing.T) {
 	if id := <-st.held; id != "first" {
 		t.Fatalf("advance of %s held, want first", id)
 	}
-	if _, _, err := db.RunCreate(ctx, &reprise.RunCreateParams{ID: "second", Workflow: "one", Input: []byte("0")}); err != nil {
+	if _, _, err := db.RunCreate(ctx, &store.RunCreateParams{ID: "second", Workflow: "one", Input: []byte("0")}); err != nil {
 		t.Fatal(err)
 	}
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"reprise/store"
 	"sync"
 	"testing"
 
@@ -22,9 +23,9 @@ func TestStoredStepScheduledUnderItsCurrentVersion(t *testing.T) {
 	})
 	env := reprisetest.New(t, nil, call)
 	ctx := t.Context()
-	define := func(policy string) *reprise.StepDefinition {
+	define := func(policy string) *store.StepDefinition {
 		t.Helper()
-		def, _, err := env.Store.StepDefine(ctx, &reprise.StepDefineParams{Name: "charge", Kind: "test", Policy: policy})
+		def, _, err := env.Store.StepDefine(ctx, &store.StepDefineParams{Name: "charge", Kind: "test", Policy: policy})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,10 +59,10 @@ func TestStoredStepScheduledUnderItsCurrentVersion(t *testing.T) {
 		t.Fatalf("run = %+v", r)
 	}
 	scheduled := env.History("r1")[1]
-	if scheduled.Type != reprise.EventStepScheduled || scheduled.Version != 2 || scheduled.Policy != "[retry: 4, backoff: 1m]" {
+	if scheduled.Type != store.EventStepScheduled || scheduled.Version != 2 || scheduled.Policy != "[retry: 4, backoff: 1m]" {
 		t.Fatalf("StepScheduled = %+v, want version 2 with its policy", scheduled)
 	}
-	if retried := env.History("r1")[3]; retried.Type != reprise.EventAttemptFailed || retried.Delay.Minutes() != 1 {
+	if retried := env.History("r1")[3]; retried.Type != store.EventAttemptFailed || retried.Delay.Minutes() != 1 {
 		t.Fatalf("the failure = %+v, want a retry after v2's minute", retried)
 	}
 	mu.Lock()
@@ -79,21 +80,21 @@ func TestStoredStepScheduledUnderItsCurrentVersion(t *testing.T) {
 	if err := env.Engine.Register(goStep); err != nil {
 		t.Fatal(err)
 	}
-	err := env.Engine.RegisterStepDefinition(&reprise.StepDefinition{Name: "echo", Version: 1, Kind: "test"}, run)
-	if !errors.Is(err, reprise.ErrStepDefinedInGo) || !env.Engine.HasGoStep("echo") {
+	err := env.Engine.RegisterStepDefinition(&store.StepDefinition{Name: "echo", Version: 1, Kind: "test"}, run)
+	if !errors.Is(err, store.ErrStepDefinedInGo) || !env.Engine.HasGoStep("echo") {
 		t.Fatalf("RegisterStepDefinition over a Go step: %v", err)
 	}
 
 	// Deleted, the step is scheduled under no version: this engine stops
 	// running it, and its run waits for it to be defined again.
-	if err := env.Store.StepDefDelete(ctx, &reprise.StepDefDeleteParams{Name: "charge"}); err != nil {
+	if err := env.Store.StepDefDelete(ctx, &store.StepDefDeleteParams{Name: "charge"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := env.Engine.StartRun(ctx, "call", json.RawMessage(`2`), reprise.WithRunID("r2")); err != nil {
 		t.Fatal(err)
 	}
 	env.AdvanceUntil(func() bool { return len(env.History("r2")) >= 2 })
-	if scheduled := env.History("r2")[1]; scheduled.Type != reprise.EventStepScheduled || scheduled.Version != 0 {
+	if scheduled := env.History("r2")[1]; scheduled.Type != store.EventStepScheduled || scheduled.Version != 0 {
 		t.Fatalf("StepScheduled after the delete = %+v, want no version", scheduled)
 	}
 	for _, name := range env.Engine.LocalSteps() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 )
 
 // Engines and their leases. An engine records its worker id in the store
@@ -19,7 +20,7 @@ import (
 // identify records this engine as live and releases what an earlier,
 // dead engine under the same id held.
 func (e *Engine) identify(ctx context.Context) error {
-	err := e.store.EngineStart(ctx, &EngineStartParams{ID: e.id})
+	err := e.store.EngineStart(ctx, &store.EngineStartParams{ID: e.id})
 	if errors.Is(err, ErrEngineLive) {
 		return fmt.Errorf("engine %s: another live engine runs under this WorkerID; give each engine process its own: %w", e.id, err)
 	}
@@ -35,10 +36,10 @@ func (e *Engine) identify(ctx context.Context) error {
 
 // release frees the run and task leases an engine that is gone held.
 func (e *Engine) release(ctx context.Context, id string) error {
-	if err := e.store.RunRenew(ctx, &RunRenewParams{Owner: id}); err != nil {
+	if err := e.store.RunRenew(ctx, &store.RunRenewParams{Owner: id}); err != nil {
 		return err
 	}
-	n, err := e.store.TaskRelease(ctx, &TaskReleaseParams{Owner: id})
+	n, err := e.store.TaskRelease(ctx, &store.TaskReleaseParams{Owner: id})
 	if err != nil {
 		return err
 	}
@@ -93,7 +94,7 @@ func (e *Engine) takeOver(ctx context.Context) {
 
 // lostWorker says whether the lapsed lease of t was held by an engine
 // known to be gone: this engine's dead incarnation, or one takeOver found.
-func (e *Engine) lostWorker(t *Task) bool {
+func (e *Engine) lostWorker(t *store.Task) bool {
 	if t.Owner == e.id {
 		return t.StartedAt.Before(e.startedAt)
 	}

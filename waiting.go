@@ -3,22 +3,9 @@ package reprise
 import (
 	"context"
 	"fmt"
+	"reprise/store"
 	"time"
 )
-
-// A Waiting is a step that a run waits for and that no engine or pull
-// worker has claimed: its task has been ready for longer than
-// Config.UnclaimedAfter.
-type Waiting struct {
-	Step     string `json:"step"`
-	Position int    `json:"position"`
-	// Since is when the step became ready: when it was scheduled or
-	// redriven, or when its retry came due.
-	Since time.Time `json:"since"`
-	// Why is what the engine that looked can tell: WhyNotRegistered or
-	// WhyNotClaimed.
-	Why string `json:"why"`
-}
 
 // The reasons a Waiting gives. An engine knows only the steps registered
 // with it: with several processes on one database, another may know a
@@ -31,13 +18,6 @@ const (
 	// slots taken) nor a pull worker has claimed it yet.
 	WhyNotClaimed = "registered, but no worker has claimed it yet"
 )
-
-// String says what the run waits for, as a log line or a test failure
-// would.
-func (w *Waiting) String() string {
-	return fmt.Sprintf("step %s (position %d) ready since %s: %s",
-		w.Step, w.Position, w.Since.Format(time.RFC3339Nano), w.Why)
-}
 
 // HasStep reports whether step name is registered with this engine: a Go
 // step it runs (HTTP steps included), or a remote step pull workers claim.
@@ -62,7 +42,7 @@ func (e *Engine) RunWaiting(ctx context.Context, id string) (*Waiting, error) {
 	if e.cfg.UnclaimedAfter < 0 {
 		return nil, nil
 	}
-	tasks, err := e.store.TaskListWaiting(ctx, &TaskListWaitingParams{RunID: id, ReadyFor: e.cfg.UnclaimedAfter, Limit: 1})
+	tasks, err := e.store.TaskListWaiting(ctx, &store.TaskListWaitingParams{RunID: id, ReadyFor: e.cfg.UnclaimedAfter, Limit: 1})
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", id, err)
 	}
@@ -111,7 +91,7 @@ func (e *Engine) watchWaiting(ctx context.Context) {
 // logWaiting lists the tasks that wait, logs those not logged yet, and
 // returns the tasks logged that still wait.
 func (e *Engine) logWaiting(ctx context.Context, after time.Duration, logged map[int64]time.Time) map[int64]time.Time {
-	tasks, err := e.store.TaskListWaiting(ctx, &TaskListWaitingParams{ReadyFor: after, Limit: waitingList})
+	tasks, err := e.store.TaskListWaiting(ctx, &store.TaskListWaitingParams{ReadyFor: after, Limit: waitingList})
 	if err != nil {
 		if ctx.Err() == nil {
 			e.log.Warn("list steps waiting for a worker", "err", err)

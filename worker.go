@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -16,7 +17,7 @@ import (
 
 // attempt is a step attempt leased to this engine.
 type attempt struct {
-	task   *Task
+	task   *store.Task
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// stopping is set by whichever comes first: the step returning, or
@@ -68,7 +69,7 @@ func (e *Engine) kick() {
 func (e *Engine) dispatch(ctx context.Context) {
 	t := e.clock.NewTimer(time.Hour)
 	defer t.Stop()
-	var wake Wake
+	var wake store.Wake
 	kicked := true
 	for {
 		e.busy.Add(1)
@@ -132,11 +133,11 @@ func (e *Engine) dispatch(ctx context.Context) {
 
 // nextWake asks the store when something next becomes due; on an error,
 // it says to look again after the poll interval.
-func (e *Engine) nextWake(ctx context.Context, now time.Time) Wake {
-	wake, err := e.store.NextWake(ctx, &NextWakeParams{Steps: e.localSteps()})
+func (e *Engine) nextWake(ctx context.Context, now time.Time) store.Wake {
+	wake, err := e.store.NextWake(ctx, &store.NextWakeParams{Steps: e.localSteps()})
 	if err != nil && ctx.Err() == nil {
 		e.log.Warn("next wake", "err", err)
-		return Wake{Task: now.Add(e.cfg.PollInterval)}
+		return store.Wake{Task: now.Add(e.cfg.PollInterval)}
 	}
 	return wake
 }
@@ -271,7 +272,7 @@ func (e *Engine) slotsForWaitingLocked() []*attempt {
 // reserve marks the steps that this engine runs and has room for to be
 // leased to it as they are scheduled, and holds their room until
 // startAttempts (or unreserve). It returns the names it reserved.
-func (e *Engine) reserve(steps []StepSpec) []string {
+func (e *Engine) reserve(steps []store.StepSpec) []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var names []string
@@ -310,7 +311,7 @@ func (e *Engine) cancelAttempt(runID string, execution, position int) {
 func (e *Engine) claimTasks(ctx context.Context) bool {
 	e.mu.Lock()
 	free := e.roomLocked()
-	var quotas []StepQuota
+	var quotas []store.StepQuota
 	if free > 0 {
 		for name, s := range e.steps {
 			q := free
@@ -318,7 +319,7 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 				q = min(q, n)
 			}
 			if q > 0 {
-				quotas = append(quotas, StepQuota{Name: name, Limit: q})
+				quotas = append(quotas, store.StepQuota{Name: name, Limit: q})
 			}
 		}
 	}
@@ -326,7 +327,7 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 	if len(quotas) == 0 {
 		return false
 	}
-	tasks, err := e.store.TaskClaim(ctx, &TaskClaimParams{Owner: e.id, Steps: quotas, Limit: free, LeaseTTL: e.cfg.LeaseTTL})
+	tasks, err := e.store.TaskClaim(ctx, &store.TaskClaimParams{Owner: e.id, Steps: quotas, Limit: free, LeaseTTL: e.cfg.LeaseTTL})
 	e.startAttempts(tasks, nil)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -347,7 +348,7 @@ func (e *Engine) claimTasks(ctx context.Context) bool {
 // once they free up. A failure retried at once starts the next attempt in
 // the same transaction that records it (TaskFail's LeaseNext), and the
 // same goroutine runs it.
-func (e *Engine) startAttempts(ts []*Task, reserved []string) {
+func (e *Engine) startAttempts(ts []*store.Task, reserved []string) {
 	if len(ts) == 0 && len(reserved) == 0 {
 		return
 	}
@@ -410,7 +411,7 @@ func (e *Engine) runChain(a *attempt, s *stepEntry) {
 }
 
 // newAttemptLocked registers an attempt of t; e.mu must be held.
-func (e *Engine) newAttemptLocked(t *Task) *attempt {
+func (e *Engine) newAttemptLocked(t *store.Task) *attempt {
 	ctx, cancel := context.WithCancelCause(e.workCtx)
 	a := &attempt{task: t, ctx: ctx, cancel: cancel}
 	e.attempts[t.ID] = a
@@ -431,7 +432,7 @@ func (e *Engine) watch(due time.Time) {
 // nextAttempt ends attempt a and returns the attempt that follows it at
 // once, holding a slot, or nil. A next attempt that finds no slot free
 // waits for one (see leaveSlotLocked).
-func (e *Engine) nextAttempt(a *attempt, next *Task) *attempt {
+func (e *Engine) nextAttempt(a *attempt, next *store.Task) *attempt {
 	a.cancel(nil)
 	e.act.Add(1)
 	e.mu.Lock()
@@ -462,7 +463,7 @@ func (e *Engine) nextAttempt(a *attempt, next *Task) *attempt {
 // write returns, its lease kept alive, and keeps its place ahead of the
 // queue. An attempt with a timeout would spend that wait against its
 // timeout, so it is leased so only while the slots are not all taken.
-func (e *Engine) canLeaseNext(t *Task) bool {
+func (e *Engine) canLeaseNext(t *store.Task) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -502,7 +503,7 @@ func (e *Engine) dropWaiting() {
 
 // runAttempt calls the step under its timeout, keeps its lease alive and
 // records the outcome.
-func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Task) {
+func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *store.Task) {
 	ctx, t := a.ctx, a.task
 	if context.Cause(ctx) != nil {
 		// Cancelled while it waited for a slot: what stopped it counted
@@ -571,10 +572,10 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *Ta
 // attemptLimit is how long an attempt may run, and the cause it is cut
 // with then: the policy's timeout (ErrTimeout), or what is left of the
 // step's deadline if that comes first (ErrDeadline).
-func attemptLimit(pol *policy, t *Task, now time.Time) (time.Duration, error) {
+func attemptLimit(pol *policy, t *store.Task, now time.Time) (time.Duration, error) {
 	limit, cause := t.Timeout, ErrTimeout
 	if pol != nil && pol.Deadline > 0 {
-		left := max(pol.Deadline-now.Sub(t.firstStart()), time.Millisecond)
+		left := max(pol.Deadline-now.Sub(firstStart(t)), time.Millisecond)
 		if limit == 0 || left < limit {
 			limit, cause = left, ErrDeadline
 		}
@@ -583,7 +584,7 @@ func attemptLimit(pol *policy, t *Task, now time.Time) (time.Duration, error) {
 }
 
 // firstStart is when the step's first attempt started.
-func (t *Task) firstStart() time.Time {
+func firstStart(t *store.Task) time.Time {
 	if t.FirstStartedAt.IsZero() {
 		return t.StartedAt
 	}
@@ -625,7 +626,7 @@ type beat struct {
 
 func (b *beat) renew() {
 	e, a := b.e, b.a
-	_, err := e.store.TaskHeartbeat(e.storeCtx, &TaskHeartbeatParams{TaskID: a.task.ID, Token: a.task.Token, LeaseTTL: e.cfg.LeaseTTL})
+	_, err := e.store.TaskHeartbeat(e.storeCtx, &store.TaskHeartbeatParams{TaskID: a.task.ID, Token: a.task.Token, LeaseTTL: e.cfg.LeaseTTL})
 	if errors.Is(err, ErrLeaseLost) {
 		a.stop(e, ErrLeaseLost)
 		return
@@ -650,10 +651,10 @@ func (b *beat) stop() {
 // finishAttempt records the attempt's outcome and tells the run. A
 // failure retried at once has its next attempt started in the same
 // transaction; finishAttempt returns it.
-func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *policy) (next *Task) {
-	var o *Outcome
+func (e *Engine) finishAttempt(t *store.Task, out json.RawMessage, err error, pol *policy) (next *store.Task) {
+	var o *store.Outcome
 	var serr error
-	var p *TaskFailParams
+	var p *store.TaskFailParams
 	if err == nil {
 		if len(out) == 0 {
 			out = json.RawMessage("null")
@@ -662,7 +663,7 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *pol
 			e.observeOK(t)
 			return nil // the run records it with its next advance
 		}
-		o, serr = e.store.TaskComplete(e.storeCtx, &TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt})
+		o, serr = e.store.TaskComplete(e.storeCtx, &store.TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt})
 	} else {
 		p = e.failParams(t, err, pol, false)
 		if p.Retry && p.Delay == 0 && e.canLeaseNext(t) {
@@ -687,7 +688,7 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *pol
 		e.deliver(o)
 		if o.Next == nil {
 			for _, ev := range o.Events {
-				if ev.Type == EventAttemptFailed && !ev.RetryAt.IsZero() {
+				if ev.Type == store.EventAttemptFailed && !ev.RetryAt.IsZero() {
 					e.watch(ev.RetryAt) // the retry, ready then
 				}
 			}
@@ -698,8 +699,8 @@ func (e *Engine) finishAttempt(t *Task, out json.RawMessage, err error, pol *pol
 }
 
 // failParams applies the policy to a failed attempt.
-func (e *Engine) failParams(t *Task, err error, pol *policy, expired bool) *TaskFailParams {
-	p := &TaskFailParams{TaskID: t.ID, Token: t.Token, Attempt: t.Attempt, Error: *errorInfo(err), Expired: expired}
+func (e *Engine) failParams(t *store.Task, err error, pol *policy, expired bool) *store.TaskFailParams {
+	p := &store.TaskFailParams{TaskID: t.ID, Token: t.Token, Attempt: t.Attempt, Error: *errorInfo(err), Expired: expired}
 	if pol == nil {
 		p.Reason = string(retry.ReasonPermanent)
 		return p
@@ -714,7 +715,7 @@ func (e *Engine) failParams(t *Task, err error, pol *policy, expired bool) *Task
 		p.Reason, p.Rule = string(retry.ReasonPermanent), RuleRetryIf
 		return p
 	}
-	elapsed := e.clock.Now().Sub(t.firstStart())
+	elapsed := e.clock.Now().Sub(firstStart(t))
 	d := pol.Decide(&retry.Failure{
 		Attempt:    t.Attempt - t.Base,
 		Types:      retry.TypeChain(err),
@@ -777,7 +778,7 @@ func (e *Engine) decodePolicy(b json.RawMessage) (*policy, error) {
 func (e *Engine) fireTimers(ctx context.Context) {
 	for {
 		const batch = 500
-		outs, err := e.store.TimerFire(ctx, &TimerFireParams{Limit: batch})
+		outs, err := e.store.TimerFire(ctx, &store.TimerFireParams{Limit: batch})
 		if err != nil {
 			if ctx.Err() == nil {
 				e.log.Warn("fire timers", "err", err)
@@ -798,7 +799,7 @@ func (e *Engine) fireTimers(ctx context.Context) {
 // policies decide: over their timeout (Timeout), or their worker gone
 // (WorkerLost; see lapseError).
 func (e *Engine) reap(ctx context.Context) {
-	tasks, err := e.store.TaskListExpired(ctx, &TaskListExpiredParams{Limit: 500})
+	tasks, err := e.store.TaskListExpired(ctx, &store.TaskListExpiredParams{Limit: 500})
 	if err != nil {
 		if ctx.Err() == nil {
 			e.log.Warn("list expired leases", "err", err)
@@ -836,7 +837,7 @@ func (e *Engine) reap(ctx context.Context) {
 // engine held, lost its worker (WorkerLost: a crash, a kill, a pull worker
 // that stopped heartbeating); one that ran to the timeout with its worker
 // live timed out (Timeout).
-func (e *Engine) lapseError(t *Task) error {
+func (e *Engine) lapseError(t *store.Task) error {
 	if t.Timeout > 0 && !t.LeaseUntil.Before(t.StartedAt.Add(t.Timeout)) && !e.lostWorker(t) {
 		return retry.NewError(TypeTimeout, fmt.Sprintf("attempt %d exceeded its %v timeout", t.Attempt, t.Timeout))
 	}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"reprise/store"
 	"strings"
 	"sync"
 	"syscall"
@@ -124,7 +125,7 @@ func TestPythonWorkerLease(t *testing.T) {
 	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	history := waitEvent(t, c, "slow", reprise.EventAttemptFailed)
+	history := waitEvent(t, c, "slow", store.EventAttemptFailed)
 	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
@@ -359,7 +360,7 @@ func waitStep(t *testing.T, c *httpapi.Client, name string, version int) {
 		if err == nil && s.Version == version {
 			return
 		}
-		if err != nil && !errors.Is(err, reprise.ErrNotFound) {
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			t.Fatalf("get step %s: %v", name, err)
 		}
 		select {
@@ -395,14 +396,14 @@ func checkOutput(t *testing.T, c *httpapi.Client, id, upper string, attempt int)
 		Attempt int    `json:"attempt"`
 	}
 	json.Unmarshal(run.Output, &got)
-	if run.Status != reprise.RunCompleted || got.Upper != upper || got.Attempt != attempt {
+	if run.Status != store.RunCompleted || got.Upper != upper || got.Attempt != attempt {
 		t.Errorf("run %s: %s %s; want completed with %q on attempt %d", id, run.Status, run.Output, upper, attempt)
 	}
 }
 
 // waitEvent follows a run's history until an event of the type, and
 // returns the history up to it.
-func waitEvent(t *testing.T, c *httpapi.Client, id string, typ reprise.EventType) []reprise.Event {
+func waitEvent(t *testing.T, c *httpapi.Client, id string, typ store.EventType) []store.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -413,7 +414,7 @@ func waitEvent(t *testing.T, c *httpapi.Client, id string, typ reprise.EventType
 				return history[:i+1]
 			}
 		}
-		var more []reprise.Event
+		var more []store.Event
 		more, err = c.WaitHistory(ctx, id, history[len(history)-1].Seq, 10*time.Second)
 		history = append(history, more...)
 	}

@@ -6,14 +6,13 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reprise/store"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // BenchmarkStartRun: runs started per second through POST /v1/runs, one
@@ -127,9 +126,9 @@ func BenchmarkHTTPStepLatency(b *testing.B) {
 		var scheduled, completed time.Time
 		for _, e := range events {
 			switch e.Type {
-			case reprise.EventStepScheduled:
+			case store.EventStepScheduled:
 				scheduled = e.At
-			case reprise.EventStepCompleted:
+			case store.EventStepCompleted:
 				completed = e.At
 			}
 		}

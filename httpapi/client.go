@@ -8,11 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reprise/store"
 	"strconv"
 	"strings"
 	"time"
 
-	"reprise"
 	"reprise/httpstep"
 )
 
@@ -102,17 +102,17 @@ func readProblem(resp *http.Response) *Problem {
 // StartRun starts a run of workflow with input (nil for null) and id
 // (empty for one the server picks). created is false when a run with that
 // id existed; it is returned and nothing new starts.
-func (c *Client) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (run *reprise.Run, created bool, err error) {
+func (c *Client) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (run *store.Run, created bool, err error) {
 	return c.start(ctx, startRequest{Workflow: workflow, Input: input, ID: id})
 }
 
 // StartStep starts a one-step run of the registered step.
-func (c *Client) StartStep(ctx context.Context, step string, input json.RawMessage, id string) (run *reprise.Run, created bool, err error) {
+func (c *Client) StartStep(ctx context.Context, step string, input json.RawMessage, id string) (run *store.Run, created bool, err error) {
 	return c.start(ctx, startRequest{Step: step, Input: input, ID: id})
 }
 
-func (c *Client) start(ctx context.Context, req startRequest) (*reprise.Run, bool, error) {
-	var run reprise.Run
+func (c *Client) start(ctx context.Context, req startRequest) (*store.Run, bool, error) {
+	var run store.Run
 	status, err := c.do(ctx, "POST", "/v1/runs", req, &run)
 	if err != nil {
 		return nil, false, err
@@ -121,14 +121,14 @@ func (c *Client) start(ctx context.Context, req startRequest) (*reprise.Run, boo
 }
 
 // ListRuns lists one page of runs, newest first; p.Before is the cursor.
-func (c *Client) ListRuns(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error) {
+func (c *Client) ListRuns(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
 	runs, _, err := c.ListRunsPage(ctx, p)
 	return runs, err
 }
 
 // ListRunsPage lists one page of runs and returns the cursor of the next
 // (empty on the last page): pass it as p.Before.
-func (c *Client) ListRunsPage(ctx context.Context, p *reprise.RunListParams) (runs []*reprise.Run, next string, err error) {
+func (c *Client) ListRunsPage(ctx context.Context, p *store.RunListParams) (runs []*store.Run, next string, err error) {
 	q := url.Values{}
 	if p != nil {
 		if p.Status != "" {
@@ -145,8 +145,8 @@ func (c *Client) ListRunsPage(ctx context.Context, p *reprise.RunListParams) (ru
 		}
 	}
 	var out struct {
-		Runs       []*reprise.Run `json:"runs"`
-		NextCursor string         `json:"next_cursor"`
+		Runs       []*store.Run `json:"runs"`
+		NextCursor string       `json:"next_cursor"`
 	}
 	if _, err := c.do(ctx, "GET", "/v1/runs"+query(q), nil, &out); err != nil {
 		return nil, "", err
@@ -158,7 +158,7 @@ func (c *Client) ListRunsPage(ctx context.Context, p *reprise.RunListParams) (ru
 }
 
 // fromWire undoes what runJSON adds: an output of null where there is none.
-func fromWire(r *reprise.Run) *reprise.Run {
+func fromWire(r *store.Run) *store.Run {
 	if string(r.Output) == "null" {
 		r.Output = nil
 	}
@@ -176,19 +176,19 @@ func query(q url.Values) string {
 func runPath(id string) string { return "/v1/runs/" + url.PathEscape(id) }
 
 // GetRun returns a run's current state.
-func (c *Client) GetRun(ctx context.Context, id string) (*reprise.Run, error) {
+func (c *Client) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	return c.WaitRun(ctx, id, 0)
 }
 
 // WaitRun returns run id as soon as it changes, or after wait (capped by
 // the server, 60 s by default), whichever comes first; a finished run at
 // once.
-func (c *Client) WaitRun(ctx context.Context, id string, wait time.Duration) (*reprise.Run, error) {
+func (c *Client) WaitRun(ctx context.Context, id string, wait time.Duration) (*store.Run, error) {
 	q := url.Values{}
 	if wait > 0 {
 		q.Set("wait", wait.String())
 	}
-	var run reprise.Run
+	var run store.Run
 	if _, err := c.do(ctx, "GET", runPath(id)+query(q), nil, &run); err != nil {
 		return nil, err
 	}
@@ -196,13 +196,13 @@ func (c *Client) WaitRun(ctx context.Context, id string, wait time.Duration) (*r
 }
 
 // History returns a run's history.
-func (c *Client) History(ctx context.Context, id string) ([]reprise.Event, error) {
+func (c *Client) History(ctx context.Context, id string) ([]store.Event, error) {
 	return c.WaitHistory(ctx, id, 0, 0)
 }
 
 // WaitHistory returns the events of run id after sequence number after;
 // with a wait, it waits up to that long for one when there is none yet.
-func (c *Client) WaitHistory(ctx context.Context, id string, after int64, wait time.Duration) ([]reprise.Event, error) {
+func (c *Client) WaitHistory(ctx context.Context, id string, after int64, wait time.Duration) ([]store.Event, error) {
 	q := url.Values{}
 	if after > 0 {
 		q.Set("after", strconv.FormatInt(after, 10))

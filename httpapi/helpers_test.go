@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -51,7 +52,7 @@ var schemaSeq atomic.Int64
 // (a schema of the test's own on REPRISE_TEST_POSTGRES's database).
 func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	var st reprise.Store
+	var st store.Store
 	var err error
 	switch kind {
 	case "sqlite":
@@ -75,7 +76,7 @@ func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.De
 // which several servers may share, as server processes share a
 // database. With run false the engine does not run: runs started through
 // it wait for another engine.
-func serveOn(t testing.TB, st reprise.Store, run bool, leaseTTL time.Duration, opts Options, defs ...reprise.Definition) *testServer {
+func serveOn(t testing.TB, st store.Store, run bool, leaseTTL time.Duration, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
 	e, err := reprise.New(reprise.Config{Store: st, PollInterval: 50 * time.Millisecond, LeaseTTL: leaseTTL,
 		ShutdownGrace: time.Second})
@@ -166,7 +167,7 @@ func (s *testServer) wantProblem(t *testing.T, method, path, body string, status
 }
 
 // waitRun waits for run id to finish.
-func (s *testServer) waitRun(t testing.TB, id string) *reprise.Run {
+func (s *testServer) waitRun(t testing.TB, id string) *store.Run {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"reprise/store"
 	"slices"
 	"sort"
 	"strconv"
@@ -488,7 +489,7 @@ func testContractExamples(t *testing.T, kind string) {
 						if err := s.c.Fail(ctx, task.ID, task.Token, httpstep.Report{Type: "Invalid", Message: "not an image"}); err != nil {
 							t.Fatal(err)
 						}
-						if run := s.waitRun(t, c.path["id"]); run.Status != reprise.RunFailed {
+						if run := s.waitRun(t, c.path["id"]); run.Status != store.RunFailed {
 							t.Fatalf("run %s: %+v", c.path["id"], run)
 						}
 						return
@@ -556,7 +557,7 @@ func testContractExamples(t *testing.T, kind string) {
 			t.Errorf("%s: no example sent", o)
 		}
 	}
-	if run := s.waitRun(t, "order-A-1"); run.Status != reprise.RunCompleted || string(run.Output) != `{"by":"alice"}` {
+	if run := s.waitRun(t, "order-A-1"); run.Status != store.RunCompleted || string(run.Output) != `{"by":"alice"}` {
 		t.Errorf("order-A-1, signalled: %+v", run)
 	}
 }

@@ -8,13 +8,12 @@ import (
 	"io"
 	"net/http"
 	"reflect"
+	"reprise/store"
 	"strconv"
 	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
-
-	"reprise"
 )
 
 // Problem is an error answer of the API, served as application/problem+json
@@ -69,15 +68,15 @@ func (p *Problem) Error() string {
 func (p *Problem) Unwrap() error {
 	switch p.Type {
 	case ProblemNotFound:
-		return reprise.ErrNotFound
+		return store.ErrNotFound
 	case ProblemLeaseLost:
-		return reprise.ErrLeaseLost
+		return store.ErrLeaseLost
 	case ProblemRunFinished:
-		return reprise.ErrRunFinished
+		return store.ErrRunFinished
 	case ProblemNotRedrivable:
-		return reprise.ErrNotRedrivable
+		return store.ErrNotRedrivable
 	case ProblemStepInUse:
-		return reprise.ErrStepInUse
+		return store.ErrStepInUse
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reprise/store"
 	"strconv"
 	"time"
 
@@ -26,24 +27,24 @@ type startRequest struct {
 
 // runJSON is a run on the wire: every field present, null when unset.
 type runJSON struct {
-	ID        string             `json:"id"`
-	Workflow  string             `json:"workflow"`
-	Status    reprise.RunStatus  `json:"status"`
-	Input     json.RawMessage    `json:"input"`
-	Output    json.RawMessage    `json:"output"`
-	Error     *reprise.ErrorInfo `json:"error"`
-	CreatedAt time.Time          `json:"created_at"`
-	UpdatedAt time.Time          `json:"updated_at"`
+	ID        string           `json:"id"`
+	Workflow  string           `json:"workflow"`
+	Status    store.RunStatus  `json:"status"`
+	Input     json.RawMessage  `json:"input"`
+	Output    json.RawMessage  `json:"output"`
+	Error     *store.ErrorInfo `json:"error"`
+	CreatedAt time.Time        `json:"created_at"`
+	UpdatedAt time.Time        `json:"updated_at"`
 }
 
 // runDetailJSON is a run as GET /v1/runs/{id} answers it: with the step it
 // waits for that no worker has claimed for long, or null.
 type runDetailJSON struct {
 	runJSON
-	Waiting *reprise.Waiting `json:"waiting"`
+	Waiting *store.Waiting `json:"waiting"`
 }
 
-func wireRun(r *reprise.Run) runJSON {
+func wireRun(r *store.Run) runJSON {
 	out := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
 	if len(out.Input) == 0 {
@@ -121,9 +122,9 @@ const (
 
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := &reprise.RunListParams{Workflow: q.Get("workflow"), Status: reprise.RunStatus(q.Get("status")), Limit: defaultListLimit}
+	p := &store.RunListParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Limit: defaultListLimit}
 	switch p.Status {
-	case "", reprise.RunPending, reprise.RunRunning, reprise.RunCompleted, reprise.RunFailed, reprise.RunCancelled:
+	case "", store.RunPending, store.RunRunning, store.RunCompleted, store.RunFailed, store.RunCancelled:
 	default:
 		writeProblem(w, invalid("status", "status %q is not one of pending, running, completed, failed, cancelled", p.Status))
 		return
@@ -174,12 +175,12 @@ func runID(w http.ResponseWriter, r *http.Request) (string, bool) {
 // runError answers an error of the store about run id.
 func (a *api) runError(w http.ResponseWriter, r *http.Request, id string, err error) {
 	switch {
-	case errors.Is(err, reprise.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, notFound("no run %q", id))
-	case errors.Is(err, reprise.ErrRunFinished):
+	case errors.Is(err, store.ErrRunFinished):
 		writeProblem(w, &Problem{Type: ProblemRunFinished, Title: "Conflict", Status: http.StatusConflict,
 			Detail: fmt.Sprintf("run %q has already finished", id)})
-	case errors.Is(err, reprise.ErrNotRedrivable):
+	case errors.Is(err, store.ErrNotRedrivable):
 		writeProblem(w, &Problem{Type: ProblemNotRedrivable, Title: "Conflict", Status: http.StatusConflict,
 			Detail: fmt.Sprintf("run %q did not fail because a step failed; only such runs can be redriven", id)})
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
@@ -270,7 +271,7 @@ func (a *api) waitForEvents(ctx context.Context, id string, seq int64, d time.Du
 	}()
 	defer func() { cancel(); <-finished }()
 	return poll(waitCtx, d, finished, func(ctx context.Context) (bool, error) {
-		events, err := a.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: id, AfterSeq: seq})
+		events, err := a.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: seq})
 		return len(events) > 0, err
 	})
 }
@@ -296,7 +297,7 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
 	if lp.wait > 0 {
 		seq, err = a.baseline(r.Context(), id, lp)
 	}
-	var run *reprise.Run
+	var run *store.Run
 	if err == nil {
 		run, err = a.e.GetRun(r.Context(), id)
 	}
@@ -305,7 +306,7 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
 			run, err = a.e.GetRun(r.Context(), id)
 		}
 	}
-	var waiting *reprise.Waiting
+	var waiting *store.Waiting
 	if err == nil && !run.Status.Final() {
 		waiting, err = a.e.RunWaiting(r.Context(), id)
 	}
@@ -318,7 +319,7 @@ func (a *api) getRun(w http.ResponseWriter, r *http.Request) {
 
 // historyJSON is the answer of GET /v1/runs/{id}/history.
 type historyJSON struct {
-	Events []reprise.Event `json:"events"`
+	Events []store.Event `json:"events"`
 }
 
 func (a *api) history(w http.ResponseWriter, r *http.Request) {
@@ -327,7 +328,7 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	events, err := a.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: id, AfterSeq: lp.after})
+	events, err := a.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: lp.after})
 	if err == nil && lp.wait > 0 && (len(events) == 0 || !lp.hasAfter) && !finished(events) {
 		// Wait for an event past what the client has, or past what there
 		// is now; a finished run has none to come.
@@ -335,10 +336,10 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		if len(events) > 0 {
 			seq = events[len(events)-1].Seq
 		}
-		var run *reprise.Run
+		var run *store.Run
 		if run, err = a.e.GetRun(ctx, id); err == nil && !run.Status.Final() {
 			if err = a.waitForEvents(ctx, id, seq, lp.wait); err == nil {
-				events, err = a.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: id, AfterSeq: lp.after})
+				events, err = a.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: lp.after})
 			}
 		}
 	}
@@ -347,18 +348,18 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if events == nil {
-		events = []reprise.Event{}
+		events = []store.Event{}
 	}
 	writeJSON(w, http.StatusOK, historyJSON{Events: events})
 }
 
 // finished reports whether events end with the run's end.
-func finished(events []reprise.Event) bool {
+func finished(events []store.Event) bool {
 	if len(events) == 0 {
 		return false
 	}
 	switch events[len(events)-1].Type {
-	case reprise.EventRunCompleted, reprise.EventRunFailed, reprise.EventRunCancelled:
+	case store.EventRunCompleted, store.EventRunFailed, store.EventRunCancelled:
 		return true
 	}
 	return false

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reprise/store"
 	"testing"
 	"time"
 
@@ -83,7 +84,7 @@ func TestGetRunFailedByAStep(t *testing.T) {
 	requireGolden(t, "run_failed", body)
 
 	run, err := s.c.GetRun(t.Context(), "order-7")
-	want := reprise.ErrorInfo{Type: "CardDeclined", Message: "card declined", Step: "charge", Position: 1, Attempts: 3,
+	want := store.ErrorInfo{Type: "CardDeclined", Message: "card declined", Step: "charge", Position: 1, Attempts: 3,
 		Reason: "exhausted"}
 	if err != nil || run.Error == nil || *run.Error != want || run.Waiting != nil {
 		t.Errorf("client: %+v, %v; want error %+v", run, err, want)
@@ -103,7 +104,7 @@ func TestGetRunWaiting(t *testing.T) {
 	}
 	env.AdvanceUntil(func() bool {
 		events := env.History("lost-7")
-		return events[len(events)-1].Type == reprise.EventStepScheduled
+		return events[len(events)-1].Type == store.EventStepScheduled
 	})
 	// Not yet for 30 s.
 	if _, body := s.call(t, "GET", "/v1/runs/lost-7", ""); !bytes.Contains(body, []byte(`"waiting":null`)) {

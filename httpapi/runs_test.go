@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reprise/store"
 	"slices"
 	"strings"
 	"testing"
@@ -31,7 +32,7 @@ func TestStartRun(t *testing.T) {
 		}
 	}
 	run := s.waitRun(t, "run-1")
-	if run.Status != reprise.RunCompleted || string(run.Output) != `{"n":1}` {
+	if run.Status != store.RunCompleted || string(run.Output) != `{"n":1}` {
 		t.Errorf("run: %+v", run)
 	}
 	// The same id again: the existing run, 200, nothing new.
@@ -43,7 +44,7 @@ func TestStartRun(t *testing.T) {
 	if err != nil || !created || run.ID == "" {
 		t.Fatalf("client start: %v %v %+v", err, created, run)
 	}
-	runs, err := s.c.ListRuns(t.Context(), &reprise.RunListParams{Workflow: "echo"})
+	runs, err := s.c.ListRuns(t.Context(), &store.RunListParams{Workflow: "echo"})
 	if err != nil || len(runs) != 2 {
 		t.Errorf("list: %v %d", err, len(runs))
 	}
@@ -104,7 +105,7 @@ func TestMethodsAndPaths(t *testing.T) {
 	if status, body := s.call(t, "GET", "/healthz", ""); status != 200 || !strings.Contains(string(body), "ok") {
 		t.Errorf("healthz: %d %s", status, body)
 	}
-	if _, err := s.c.GetRun(t.Context(), "nope"); !errors.Is(err, reprise.ErrNotFound) {
+	if _, err := s.c.GetRun(t.Context(), "nope"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("client get of no run: %v", err)
 	}
 }
@@ -125,7 +126,7 @@ func TestListRuns(t *testing.T) {
 	}
 	// Pages of two, by cursor, cover every echo run once.
 	var ids []string
-	p := &reprise.RunListParams{Workflow: "echo", Limit: 2}
+	p := &store.RunListParams{Workflow: "echo", Limit: 2}
 	for range 10 {
 		runs, next, err := s.c.ListRunsPage(t.Context(), p)
 		if err != nil {
@@ -143,7 +144,7 @@ func TestListRuns(t *testing.T) {
 	if !slices.Equal(ids, []string{"e0", "e1", "e2", "e3", "e4"}) {
 		t.Errorf("pages: %v", ids)
 	}
-	runs, err := s.c.ListRuns(t.Context(), &reprise.RunListParams{Status: reprise.RunRunning})
+	runs, err := s.c.ListRuns(t.Context(), &store.RunListParams{Status: store.RunRunning})
 	if err != nil || len(runs) != 1 || runs[0].ID != "s0" {
 		t.Errorf("running: %v %v", err, runs)
 	}
@@ -178,12 +179,12 @@ func TestLongPolls(t *testing.T) {
 	}
 	// Without wait: at once.
 	events, err := s.c.History(t.Context(), "g")
-	if err != nil || len(events) == 0 || events[0].Type != reprise.EventRunStarted {
+	if err != nil || len(events) == 0 || events[0].Type != store.EventRunStarted {
 		t.Fatalf("history: %v %v", err, events)
 	}
 	// Wait until the attempt started, following the history.
 	last := events[len(events)-1].Seq
-	for !slices.ContainsFunc(events, func(e reprise.Event) bool { return e.Type == reprise.EventAttemptStarted }) {
+	for !slices.ContainsFunc(events, func(e store.Event) bool { return e.Type == store.EventAttemptStarted }) {
 		more, err := s.c.WaitHistory(t.Context(), "g", last, 5*time.Second)
 		if err != nil || len(more) == 0 {
 			t.Fatalf("wait history after %d: %v %v", last, err, more)
@@ -205,7 +206,7 @@ func TestLongPolls(t *testing.T) {
 		t.Fatalf("wait run: %v after %v", err, time.Since(start))
 	}
 	run := s.waitRun(t, "g")
-	if run.Status != reprise.RunCompleted || string(run.Output) != `"opened"` {
+	if run.Status != store.RunCompleted || string(run.Output) != `"opened"` {
 		t.Errorf("run: %+v", run)
 	}
 	// A finished run answers a wait at once.
@@ -229,13 +230,13 @@ func TestCancelRun(t *testing.T) {
 		t.Fatalf("cancel: %d %s", status, body)
 	}
 	s.wantProblem(t, "POST", "/v1/runs/s/cancel", "", 409, "")
-	if err := s.c.CancelRun(t.Context(), "s", "again"); !errors.Is(err, reprise.ErrRunFinished) {
+	if err := s.c.CancelRun(t.Context(), "s", "again"); !errors.Is(err, store.ErrRunFinished) {
 		t.Errorf("client cancel of a cancelled run: %v", err)
 	}
 	s.wantProblem(t, "POST", "/v1/runs/nope/cancel", "", 404, "")
 	s.wantProblem(t, "POST", "/v1/runs/s/cancel", `{"why":"x"}`, 400, "why")
 	events, err := s.c.History(t.Context(), "s")
-	if err != nil || events[len(events)-1].Type != reprise.EventRunCancelled || events[len(events)-1].Reason != "testing" {
+	if err != nil || events[len(events)-1].Type != store.EventRunCancelled || events[len(events)-1].Reason != "testing" {
 		t.Errorf("history: %v %+v", err, events)
 	}
 }

@@ -7,11 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	"reprise"
 	"reprise/httpstep"
 )
 
@@ -92,7 +92,7 @@ func TestStepAllowList(t *testing.T) {
 	if _, _, err := allowed.c.StartStep(t.Context(), "charge", json.RawMessage(`1`), "ok-1"); err != nil {
 		t.Fatal(err)
 	}
-	if run := allowed.waitRun(t, "ok-1"); run.Status != reprise.RunCompleted || calls.Load() != 1 {
+	if run := allowed.waitRun(t, "ok-1"); run.Status != store.RunCompleted || calls.Load() != 1 {
 		t.Fatalf("run on an allowed host: %+v, %d calls", run, calls.Load())
 	}
 
@@ -112,7 +112,7 @@ func TestStepAllowList(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := closed.waitRun(t, "refused-1")
-	if run.Status != reprise.RunFailed || run.Error == nil || run.Error.Type != httpstep.TypeTargetRefused ||
+	if run.Status != store.RunFailed || run.Error == nil || run.Error.Type != httpstep.TypeTargetRefused ||
 		run.Error.Attempts != 1 || run.Error.Reason != "permanent" ||
 		!strings.Contains(run.Error.Message, "not among the allowed step hosts") {
 		t.Fatalf("run of a step outside the allow-list: %+v %+v", run, run.Error)
@@ -142,7 +142,7 @@ func TestStepRedirectToRefusedTarget(t *testing.T) {
 			t.Fatal(err)
 		}
 		run := s.waitRun(t, "r1")
-		if run.Status != reprise.RunFailed || run.Error == nil || run.Error.Type != httpstep.TypeTargetRefused ||
+		if run.Status != store.RunFailed || run.Error == nil || run.Error.Type != httpstep.TypeTargetRefused ||
 			run.Error.Attempts != 1 || run.Error.Reason != "permanent" || !strings.Contains(run.Error.Message, "169.254.169.254") {
 			t.Errorf("redirect to %s: run %+v, error %+v", to, run, run.Error)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reprise/store"
 	"slices"
 	"strconv"
 	"strings"
@@ -69,7 +70,7 @@ type Step struct {
 }
 
 // wireStep is a stored definition as the API shows it.
-func wireStep(def *reprise.StepDefinition) *Step {
+func wireStep(def *store.StepDefinition) *Step {
 	return &Step{Name: def.Name, Kind: def.Kind, Version: def.Version, URL: redact.String(def.URL), Policy: def.Policy,
 		CreatedAt: def.CreatedAt}
 }
@@ -110,8 +111,8 @@ func (a *api) reloadStep(ctx context.Context, name string) (*Step, error) {
 		defer a.mu.Unlock()
 		return a.steps[name], nil // nil for one not in Options.Steps
 	}
-	def, err := a.e.Store().StepDefGet(ctx, &reprise.StepDefGetParams{Name: name})
-	if errors.Is(err, reprise.ErrNotFound) {
+	def, err := a.e.Store().StepDefGet(ctx, &store.StepDefGetParams{Name: name})
+	if errors.Is(err, store.ErrNotFound) {
 		a.forgetStep(name)
 		return nil, nil
 	}
@@ -132,7 +133,7 @@ func (a *api) isGoStep(name string) bool {
 // loadSteps registers every stored step on the engine; a stored step of
 // a Go step's name is left out (and logged): the Go step wins.
 func (a *api) loadSteps(ctx context.Context) error {
-	defs, err := a.e.Store().StepDefList(ctx, &reprise.StepDefListParams{})
+	defs, err := a.e.Store().StepDefList(ctx, &store.StepDefListParams{})
 	if err != nil {
 		return fmt.Errorf("load steps: %w", err)
 	}
@@ -152,7 +153,7 @@ func (a *api) loadSteps(ctx context.Context) error {
 // adopt registers version def of a stored step on the engine, and the
 // workflow that runs it as a one-step run, unless this server knows a
 // later version. It returns the step as this server knows it.
-func (a *api) adopt(def *reprise.StepDefinition) (*Step, error) {
+func (a *api) adopt(def *store.StepDefinition) (*Step, error) {
 	a.mu.Lock()
 	known := a.steps[def.Name]
 	a.mu.Unlock()
@@ -243,10 +244,10 @@ func (a *api) registerStep(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	def, created, err := a.e.Store().StepDefine(r.Context(), &reprise.StepDefineParams{
+	def, created, err := a.e.Store().StepDefine(r.Context(), &store.StepDefineParams{
 		Name: req.Name, Kind: req.Kind, URL: req.URL, Policy: policy,
 	})
-	if errors.Is(err, reprise.ErrStepKindChanged) {
+	if errors.Is(err, store.ErrStepKindChanged) {
 		writeProblem(w, conflict("kind", "%v; delete it (DELETE /v1/steps/%s) when no run needs it, then register it again",
 			err, req.Name))
 		return
@@ -355,11 +356,11 @@ func (a *api) stepURL(ctx context.Context, name string, v int) (string, error) {
 	if ok {
 		return u, nil
 	}
-	def, err := a.e.Store().StepDefGet(ctx, &reprise.StepDefGetParams{Name: name, Version: v})
+	def, err := a.e.Store().StepDefGet(ctx, &store.StepDefGetParams{Name: name, Version: v})
 	switch {
-	case errors.Is(err, reprise.ErrNotFound) && v == 0:
+	case errors.Is(err, store.ErrNotFound) && v == 0:
 		return "", retry.Permanent(fmt.Errorf("step %s has no definition: register it with POST /v1/steps", name))
-	case errors.Is(err, reprise.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		return "", retry.Permanent(fmt.Errorf("step %s has no version %d", name, v))
 	case err != nil:
 		return "", err
@@ -383,7 +384,7 @@ type stepList struct {
 // store; a step this server did not know is registered on its engine, and
 // one deleted is forgotten.
 func (a *api) listSteps(w http.ResponseWriter, r *http.Request) {
-	defs, err := a.e.Store().StepDefList(r.Context(), &reprise.StepDefListParams{})
+	defs, err := a.e.Store().StepDefList(r.Context(), &store.StepDefListParams{})
 	if err != nil {
 		a.internal(w, r, err)
 		return
@@ -464,9 +465,9 @@ func (a *api) getStep(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	def, err := a.e.Store().StepDefGet(r.Context(), &reprise.StepDefGetParams{Name: name, Version: version})
+	def, err := a.e.Store().StepDefGet(r.Context(), &store.StepDefGetParams{Name: name, Version: version})
 	switch {
-	case errors.Is(err, reprise.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, notFound("step %q has no version %d", name, version))
 	case err != nil:
 		a.internal(w, r, err)
@@ -494,15 +495,15 @@ func (a *api) deleteStep(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, conflict("name", "step %q is a Go step of this server; it cannot be deleted through the API", name))
 		return
 	}
-	err := a.e.Store().StepDefDelete(r.Context(), &reprise.StepDefDeleteParams{
+	err := a.e.Store().StepDefDelete(r.Context(), &store.StepDefDeleteParams{
 		Name: name, Workflows: []string{oneStepWorkflow(name)}, Force: force,
 	})
 	switch {
-	case errors.Is(err, reprise.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		a.forgetStep(name)
 		writeProblem(w, notFound("no step %q", name))
 		return
-	case errors.Is(err, reprise.ErrStepInUse):
+	case errors.Is(err, store.ErrStepInUse):
 		writeProblem(w, &Problem{Type: ProblemStepInUse, Title: "Conflict", Status: http.StatusConflict,
 			Detail: fmt.Sprintf("%v; delete it when no run needs it, or with ?force=true (its runs then wait until it is registered again)", err)})
 		return

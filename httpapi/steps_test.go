@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
@@ -31,7 +32,7 @@ func openStore(t *testing.T) *sqlite.Store {
 }
 
 // newServerOn is newTestServer on a store of the test's (see serveOn).
-func newServerOn(t *testing.T, st reprise.Store, run bool, opts Options, defs ...reprise.Definition) *testServer {
+func newServerOn(t *testing.T, st store.Store, run bool, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
 	return serveOn(t, st, run, 2*time.Second, opts, defs...)
 }
@@ -92,7 +93,7 @@ func TestStepsSurviveARestart(t *testing.T) {
 	}
 
 	after := newServerOn(t, st, true, Options{})
-	if run := after.waitRun(t, "r1"); run.Status != reprise.RunCompleted {
+	if run := after.waitRun(t, "r1"); run.Status != store.RunCompleted {
 		t.Fatalf("run = %+v", run)
 	}
 	if got := endpoint.runs("/charge"); len(got) != 1 || got[0] != "r1" {
@@ -152,7 +153,7 @@ func TestStepReRegistrationAppliesToStepsScheduledAfterIt(t *testing.T) {
 	}
 	close(release)
 	for _, id := range []string{"r1", "r2"} {
-		if run := a.waitRun(t, id); run.Status != reprise.RunCompleted {
+		if run := a.waitRun(t, id); run.Status != store.RunCompleted {
 			t.Fatalf("run %s = %+v", id, run)
 		}
 	}
@@ -162,7 +163,7 @@ func TestStepReRegistrationAppliesToStepsScheduledAfterIt(t *testing.T) {
 	}
 	for id, want := range map[string]int{"r1": 1, "r2": 2} {
 		events, err := a.c.History(t.Context(), id)
-		if err != nil || len(events) < 2 || events[1].Type != reprise.EventStepScheduled || events[1].Version != want {
+		if err != nil || len(events) < 2 || events[1].Type != store.EventStepScheduled || events[1].Version != want {
 			t.Fatalf("history of %s: %v %+v; want StepScheduled of version %d", id, err, events, want)
 		}
 	}
@@ -238,7 +239,7 @@ func TestStepConflictsAndDeletes(t *testing.T) {
 	if p.Type != ProblemStepInUse || !strings.Contains(p.Detail, "w1") || !strings.Contains(p.Detail, "force=true") {
 		t.Errorf("deleting a step in use: %+v", p)
 	}
-	if err := s.c.DeleteStep(ctx, "work", false); !errors.Is(err, reprise.ErrStepInUse) {
+	if err := s.c.DeleteStep(ctx, "work", false); !errors.Is(err, store.ErrStepInUse) {
 		t.Errorf("client DeleteStep of a step in use: %v", err)
 	}
 	tasks, err := s.c.Claim(ctx, ClaimParams{Worker: "w", Steps: []string{"work"}, Wait: 5 * time.Second})
@@ -317,9 +318,9 @@ func TestStepDeletedAndRegisteredAgainElsewhere(t *testing.T) {
 	if _, _, err := b.c.StartStep(ctx, "work", nil, "stale"); err != nil {
 		t.Fatal(err)
 	}
-	b.waitEvent(t, "stale", reprise.EventStepScheduled)
+	b.waitEvent(t, "stale", store.EventStepScheduled)
 	events, err := b.c.History(ctx, "stale")
-	if err != nil || len(events) < 2 || events[1].Type != reprise.EventStepScheduled || events[1].Version != 0 {
+	if err != nil || len(events) < 2 || events[1].Type != store.EventStepScheduled || events[1].Version != 0 {
 		t.Fatalf("history of the run started on the stale server: %v %+v", err, events)
 	}
 	b.wantProblem(t, "POST", "/v1/runs", `{"step":"work"}`, 400, "step")
@@ -328,11 +329,11 @@ func TestStepDeletedAndRegisteredAgainElsewhere(t *testing.T) {
 	if _, _, err := b.c.StartStep(ctx, "work", nil, "fresh"); err != nil {
 		t.Fatal(err)
 	}
-	if run := b.waitRun(t, "fresh"); run.Status != reprise.RunCompleted {
+	if run := b.waitRun(t, "fresh"); run.Status != store.RunCompleted {
 		t.Fatalf("run: %+v", run)
 	}
 	events, err = b.c.History(ctx, "fresh")
-	if err != nil || events[1].Type != reprise.EventStepScheduled || events[1].Version != 2 {
+	if err != nil || events[1].Type != store.EventStepScheduled || events[1].Version != 2 {
 		t.Fatalf("history of the run started after the new registration: %v %+v", err, events)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
@@ -21,9 +22,9 @@ import (
 // strictStores opens the stores the strict-input tests run on: SQLite
 // always, PostgreSQL when REPRISE_TEST_POSTGRES is set (its text columns
 // refuse what SQLite stores: invalid UTF-8, NUL).
-func strictStores(t *testing.T) map[string]func(t *testing.T) reprise.Store {
-	stores := map[string]func(t *testing.T) reprise.Store{
-		"sqlite": func(t *testing.T) reprise.Store {
+func strictStores(t *testing.T) map[string]func(t *testing.T) store.Store {
+	stores := map[string]func(t *testing.T) store.Store{
+		"sqlite": func(t *testing.T) store.Store {
 			s, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Synchronous: "OFF"})
 			if err != nil {
 				t.Fatal(err)
@@ -36,7 +37,7 @@ func strictStores(t *testing.T) map[string]func(t *testing.T) reprise.Store {
 	if dsn == "" {
 		return stores
 	}
-	stores["postgres"] = func(t *testing.T) reprise.Store {
+	stores["postgres"] = func(t *testing.T) store.Store {
 		schema := fmt.Sprintf("reprise_httpapi_%d", time.Now().UnixNano()%1e12)
 		s, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
 		if err != nil {
@@ -53,7 +54,7 @@ func strictStores(t *testing.T) map[string]func(t *testing.T) reprise.Store {
 
 // serveStore serves the API of a running engine on store, with leases
 // long enough that none lapses while a table of requests runs.
-func serveStore(t *testing.T, st reprise.Store, opts Options, defs ...reprise.Definition) *testServer {
+func serveStore(t *testing.T, st store.Store, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
 	return serveOn(t, st, true, time.Minute, opts, defs...)
 }
@@ -63,13 +64,13 @@ func serveStore(t *testing.T, st reprise.Store, opts Options, defs ...reprise.De
 func (s *testServer) snapshot(t *testing.T) string {
 	t.Helper()
 	ctx := t.Context()
-	runs, err := s.e.Store().RunList(ctx, &reprise.RunListParams{Limit: 1000})
+	runs, err := s.e.Store().RunList(ctx, &store.RunListParams{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	for _, run := range runs {
-		events, err := s.e.Store().HistoryList(ctx, &reprise.HistoryListParams{RunID: run.ID})
+		events, err := s.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: run.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,9 +120,9 @@ func TestStrictInput(t *testing.T) {
 			tok := func(body string) string { return strings.ReplaceAll(body, "TOKEN", fmt.Sprint(task.Token)) }
 			// The engine has done all it will do until a worker acts
 			// (either run's step may be the one claimed).
-			s.waitEvent(t, "p1", reprise.EventStepScheduled)
-			s.waitEvent(t, "p2", reprise.EventStepScheduled)
-			s.waitEvent(t, "r1", reprise.EventTimerScheduled)
+			s.waitEvent(t, "p1", store.EventStepScheduled)
+			s.waitEvent(t, "p2", store.EventStepScheduled)
+			s.waitEvent(t, "r1", store.EventTimerScheduled)
 
 			for _, c := range []struct {
 				method, path, body string
@@ -248,9 +249,9 @@ func TestInternalErrorIsOpaque(t *testing.T) {
 
 // failingStore fails every run listing with an error that names the
 // database's user and host, as a driver's errors do.
-type failingStore struct{ reprise.Store }
+type failingStore struct{ store.Store }
 
-func (failingStore) RunList(context.Context, *reprise.RunListParams) ([]*reprise.Run, error) {
+func (failingStore) RunList(context.Context, *store.RunListParams) ([]*store.Run, error) {
 	return nil, fmt.Errorf("list runs: failed to connect to `user=app password=hunter2 host=db.internal`")
 }
 
@@ -311,7 +312,7 @@ func (b *syncBuffer) String() string {
 
 // waitEvent waits, through the history's long-poll, for run id to have an
 // event of type typ.
-func (s *testServer) waitEvent(t *testing.T, id string, typ reprise.EventType) {
+func (s *testServer) waitEvent(t *testing.T, id string, typ store.EventType) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {

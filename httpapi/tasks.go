@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reprise/store"
 	"strconv"
 	"time"
 
 	"github.com/go-json-experiment/json/jsontext"
 
-	"reprise"
 	"reprise/httpstep"
 	"reprise/retry"
 )
@@ -47,7 +47,7 @@ type Task struct {
 	LeaseUntil time.Time `json:"lease_until"`
 }
 
-func wireTask(t *reprise.Task) Task {
+func wireTask(t *store.Task) Task {
 	out := Task{ID: t.ID, Token: t.Token, RunID: t.RunID, Step: t.Step, Attempt: t.Attempt,
 		IdempotencyKey: t.IdempotencyKey, Input: t.Input, LeaseUntil: t.LeaseUntil}
 	if len(out.Input) == 0 {
@@ -96,7 +96,7 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	var tasks []*reprise.Task
+	var tasks []*store.Task
 	err = poll(r.Context(), wait, nil, func(ctx context.Context) (bool, error) {
 		var err error
 		tasks, err = a.e.ClaimTasks(ctx, req.Worker, req.Steps, req.Max)
@@ -180,7 +180,7 @@ func (a *api) readTaskWrite(w http.ResponseWriter, r *http.Request, req tokened)
 // refused reports whether the engine refused a worker's write about a
 // task: a stale token, a lapsed lease, or a task that is gone.
 func refused(err error) bool {
-	return errors.Is(err, reprise.ErrLeaseLost) || errors.Is(err, reprise.ErrNotFound) || errors.Is(err, reprise.ErrRunFinished)
+	return errors.Is(err, store.ErrLeaseLost) || errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrRunFinished)
 }
 
 // recorded tells what a write about task id with token that the engine
@@ -191,9 +191,9 @@ func refused(err error) bool {
 // result again). Otherwise it returns reprise.ErrNotFound for a task that
 // no claim handed out and that is no task now, or reprise.ErrLeaseLost.
 // same is nil for a write that records nothing (a heartbeat).
-func (a *api) recorded(ctx context.Context, id, token int64, same func(*reprise.Event) bool) error {
+func (a *api) recorded(ctx context.Context, id, token int64, same func(*store.Event) bool) error {
 	st := a.e.Store()
-	attempts, err := st.TaskAttemptList(ctx, &reprise.TaskAttemptListParams{TaskID: id})
+	attempts, err := st.TaskAttemptList(ctx, &store.TaskAttemptListParams{TaskID: id})
 	if err != nil {
 		return err
 	}
@@ -202,13 +202,13 @@ func (a *api) recorded(ctx context.Context, id, token int64, same func(*reprise.
 		if _, err := st.TaskGet(ctx, id); err != nil {
 			return err // ErrNotFound for none
 		}
-		return reprise.ErrLeaseLost
+		return store.ErrLeaseLost
 	}
 	for _, at := range attempts {
 		if at.Token != token || same == nil {
 			continue
 		}
-		events, err := st.HistoryList(ctx, &reprise.HistoryListParams{RunID: at.RunID})
+		events, err := st.HistoryList(ctx, &store.HistoryListParams{RunID: at.RunID})
 		if err != nil {
 			return err
 		}
@@ -219,14 +219,14 @@ func (a *api) recorded(ctx context.Context, id, token int64, same func(*reprise.
 			}
 		}
 	}
-	return reprise.ErrLeaseLost
+	return store.ErrLeaseLost
 }
 
 // taskError answers an error about task id: 404 for a task that never
 // was, 409 for a stale write.
 func (a *api) taskError(w http.ResponseWriter, r *http.Request, id int64, err error) {
 	switch {
-	case errors.Is(err, reprise.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, notFound("no task %d", id))
 	case refused(err):
 		a.metrics.leaseConflicts.Inc()
@@ -270,8 +270,8 @@ func (a *api) complete(w http.ResponseWriter, r *http.Request) {
 		a.metrics.tasksCompleted.Inc()
 	} else if refused(err) {
 		// The same completion again, its first answer lost: the same answer.
-		err = a.recorded(r.Context(), id, req.Token, func(e *reprise.Event) bool {
-			return e.Type == reprise.EventStepCompleted && sameJSON(e.Output, req.Output)
+		err = a.recorded(r.Context(), id, req.Token, func(e *store.Event) bool {
+			return e.Type == store.EventStepCompleted && sameJSON(e.Output, req.Output)
 		})
 	}
 	if err != nil {
@@ -303,8 +303,8 @@ func (a *api) fail(w http.ResponseWriter, r *http.Request) {
 		a.metrics.tasksFailed.Inc()
 	} else if refused(err) {
 		// The same failure again, its first answer lost: the same answer.
-		err = a.recorded(r.Context(), id, req.Token, func(e *reprise.Event) bool {
-			return e.Type == reprise.EventAttemptFailed && e.Error != nil &&
+		err = a.recorded(r.Context(), id, req.Token, func(e *store.Event) bool {
+			return e.Type == store.EventAttemptFailed && e.Error != nil &&
 				e.Error.Type == req.Error.Type && e.Error.Message == req.Error.Message
 		})
 	}

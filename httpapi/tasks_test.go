@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/httpstep"
 )
 
@@ -52,7 +52,7 @@ func TestSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	run = s.waitRun(t, run.ID)
-	if run.Status != reprise.RunCompleted || string(run.Output) != `{"got":42}` || calls.Load() != 1 {
+	if run.Status != store.RunCompleted || string(run.Output) != `{"got":42}` || calls.Load() != 1 {
 		t.Errorf("one-step run: %+v, %d calls", run, calls.Load())
 	}
 	for _, c := range []struct{ body, field string }{
@@ -110,7 +110,7 @@ func TestPullTasks(t *testing.T) {
 	if err := s.c.Fail(ctx, task.ID, task.Token, httpstep.Report{Type: "Busy", Message: "later", Retryable: &retryable}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.c.Complete(ctx, task.ID, task.Token, nil); !errors.Is(err, reprise.ErrLeaseLost) {
+	if err := s.c.Complete(ctx, task.ID, task.Token, nil); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("complete with a stale token: %v", err)
 	}
 	tasks, err = s.c.Claim(ctx, ClaimParams{Worker: "w2", Steps: []string{"work"}, Wait: 5 * time.Second})
@@ -121,13 +121,13 @@ func TestPullTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := s.waitRun(t, "p1")
-	if run.Status != reprise.RunCompleted || string(run.Output) != `"done"` {
+	if run.Status != store.RunCompleted || string(run.Output) != `"done"` {
 		t.Errorf("run: %+v", run)
 	}
 	events, _ := s.c.History(ctx, "p1")
-	var failed *reprise.Event
+	var failed *store.Event
 	for i := range events {
-		if events[i].Type == reprise.EventAttemptFailed {
+		if events[i].Type == store.EventAttemptFailed {
 			failed = &events[i]
 		}
 	}
@@ -146,7 +146,7 @@ func TestPullTasks(t *testing.T) {
 	if err := s.c.Fail(ctx, tasks[0].ID, tasks[0].Token, httpstep.Report{Type: "Invalid", Message: "no"}); err != nil {
 		t.Fatal(err)
 	}
-	if run := s.waitRun(t, "p2"); run.Status != reprise.RunFailed {
+	if run := s.waitRun(t, "p2"); run.Status != store.RunFailed {
 		t.Errorf("run: %+v", run)
 	}
 
@@ -244,7 +244,7 @@ func testPullWrites(t *testing.T, kind string) {
 	write(first, "complete", tok(first, `"output":{"a":1,"b":[1,2]}`), 409) // attempt 1 failed
 	write(second, "fail", tok(second, busy), 409)
 	write(second, "heartbeat", tok(second, ""), 409)
-	if run := s.waitRun(t, "w1"); run.Status != reprise.RunCompleted || string(run.Output) != `{"a":1,"b":[1,2]}` {
+	if run := s.waitRun(t, "w1"); run.Status != store.RunCompleted || string(run.Output) != `{"a":1,"b":[1,2]}` {
 		t.Errorf("run: %+v", run)
 	}
 	events, err := s.c.History(ctx, "w1")
@@ -255,11 +255,11 @@ func testPullWrites(t *testing.T, kind string) {
 	failed, completed := 0, 0
 	for _, e := range events {
 		switch e.Type {
-		case reprise.EventAttemptStarted:
+		case store.EventAttemptStarted:
 			workers = append(workers, e.Worker)
-		case reprise.EventAttemptFailed:
+		case store.EventAttemptFailed:
 			failed++
-		case reprise.EventStepCompleted:
+		case store.EventStepCompleted:
 			completed++
 		}
 	}
@@ -275,7 +275,7 @@ func testPullWrites(t *testing.T, kind string) {
 	write(task, "fail", tok(task, `"error":{"type":"Invalid"}`), 200)
 	write(task, "fail", tok(task, `"error":{"type":"Invalid"}`), 200)
 	write(task, "complete", tok(task, `"output":null`), 409)
-	if run := s.waitRun(t, "w2"); run.Status != reprise.RunFailed {
+	if run := s.waitRun(t, "w2"); run.Status != store.RunFailed {
 		t.Errorf("run: %+v", run)
 	}
 	// A completion without output is null, again.

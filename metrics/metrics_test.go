@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestCollectorCountsARunWithAFlakyStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if run := env.Wait(h.ID); run.Status != reprise.RunFailed {
+	if run := env.Wait(h.ID); run.Status != store.RunFailed {
 		t.Fatalf("run %s, want failed", run.Status)
 	}
 	// The run's end is observed just after the store records it.
@@ -136,7 +137,7 @@ func TestCollectorFoldsLabelsPastTheirLimits(t *testing.T) {
 		c.AttemptEnded(reprise.AttemptEnd{AttemptInfo: reprise.AttemptInfo{Step: fmt.Sprintf("step%d", i)}, Outcome: reprise.OutcomeOK})
 	}
 	for i := range metrics.MaxWorkflows + 1 {
-		c.RunEnded(reprise.RunEnd{Workflow: fmt.Sprintf("wf%d", i), Status: reprise.RunCompleted})
+		c.RunEnded(reprise.RunEnd{Workflow: fmt.Sprintf("wf%d", i), Status: store.RunCompleted})
 	}
 	if n := testutil.CollectAndCount(c.AttemptsVec(), "reprise_attempts_total"); n != metrics.MaxErrorTypes+1+metrics.MaxSteps {
 		// 50 types of step s, one _other type of s; 199 other steps ok, one _other step ok.

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
@@ -18,11 +18,11 @@ import (
 // timers, version markers and child runs it started, in position order,
 // the steps it no longer waits for, and its end or its continuation as a
 // new execution when p.Finish is set.
-func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*store.Advanced, error) {
 	if err := checkAdvance(p); err != nil {
 		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
 	}
-	var adv *reprise.Advanced
+	var adv *store.Advanced
 	ending := p.Finish != nil && !p.Finish.ContinueAsNew
 	// The run's lock, then the handed results' tasks (completeAll).
 	reads := []*aheadRead{lockRunRead(s.clock(), p.RunID, ending)}
@@ -42,7 +42,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 // advance records an advance, checked by checkAdvance, in tx. created,
 // if not nil, is the run as the transaction created it at now, without a
 // parent: it is locked already, and not read again.
-func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParams, created *lockedRun, now time.Time) (*reprise.Advanced, error) {
+func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams, created *lockedRun, now time.Time) (*store.Advanced, error) {
 	ending := p.Finish != nil && !p.Finish.ContinueAsNew
 	run, parent := created, (*lockedRun)(nil)
 	if run == nil {
@@ -52,10 +52,10 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 		}
 	}
 	if run.status.Final() {
-		return nil, reprise.ErrRunFinished
+		return nil, store.ErrRunFinished
 	}
 	if run.token != p.Token {
-		return nil, reprise.ErrLeaseLost
+		return nil, store.ErrLeaseLost
 	}
 	a := newAppender(now)
 	if err := completeAll(ctx, tx, a, run, p.Completed, now, p.Finish != nil); err != nil {
@@ -80,7 +80,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 	if err := sc.cancel(); err != nil {
 		return nil, err
 	}
-	adv := &reprise.Advanced{Tasks: sc.leased}
+	adv := &store.Advanced{Tasks: sc.leased}
 	switch {
 	case p.Finish == nil:
 		sc.tasks.queueWith(b, a, run.runHead, sc.children, sc.leased)
@@ -118,7 +118,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *reprise.RunAdvanceParam
 // the task removed (unless the advance drops all the run's tasks anyway,
 // ending its execution). Every attempt's lease must hold at now; a stale
 // one fails the advance with ErrLeaseLost before anything is written.
-func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, results []reprise.TaskCompleteParams, now time.Time, dropping bool) error {
+func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, results []store.TaskCompleteParams, now time.Time, dropping bool) error {
 	for _, c := range results {
 		var (
 			execution, position, attempt int
@@ -132,17 +132,17 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 			if tx.ahead { // or locked by another transaction
 				return errStale
 			}
-			return reprise.ErrLeaseLost
+			return store.ErrLeaseLost
 		}
 		if err != nil {
 			return err
 		}
 		if token != c.Token || owner == "" || lease == nil || !lease.After(now) {
-			return reprise.ErrLeaseLost
+			return store.ErrLeaseLost
 		}
 		attempt = max(attempt, c.Attempt) // the row's may be behind (startNext)
-		err = a.add(run.runHead, reprise.Event{
-			Type: reprise.EventStepCompleted, Execution: execution, Position: position, Step: step,
+		err = a.add(run.runHead, store.Event{
+			Type: store.EventStepCompleted, Execution: execution, Position: position, Step: step,
 			Attempt: attempt, Output: c.Output,
 		})
 		if err != nil {
@@ -174,12 +174,12 @@ var (
 )
 
 // checkAdvance validates p before any transaction.
-func checkAdvance(p *reprise.RunAdvanceParams) error {
+func checkAdvance(p *store.RunAdvanceParams) error {
 	var errs []error
 	if f := p.Finish; f != nil && !f.ContinueAsNew && !f.Status.Final() {
 		errs = append(errs, fmt.Errorf("finish with status %q: not an end state", f.Status))
 	}
-	if (p.LeaseOwner == "" || p.LeaseTTL <= 0) && slices.ContainsFunc(p.Steps, func(st reprise.StepSpec) bool { return st.Lease }) {
+	if (p.LeaseOwner == "" || p.LeaseTTL <= 0) && slices.ContainsFunc(p.Steps, func(st store.StepSpec) bool { return st.Lease }) {
 		errs = append(errs, errors.New("a step to lease at once needs a lease owner and a lease TTL"))
 	}
 	for _, c := range p.Children {
@@ -236,7 +236,7 @@ type scheduler struct {
 	b   *pgx.Batch
 	out *outbox
 	run *lockedRun
-	p   *reprise.RunAdvanceParams
+	p   *store.RunAdvanceParams
 	// starts is false when the execution ends in the same advance: its
 	// steps and timers are then only recorded, and its children are
 	// created cancelled.
@@ -244,7 +244,7 @@ type scheduler struct {
 	// dropped are the tasks the advance's cancels deleted, by position.
 	dropped map[int]string
 
-	leased   []*reprise.Task
+	leased   []*store.Task
 	tasks    taskRows // inserted with the run's update (see advance)
 	children bool     // child runs were created
 }
@@ -257,10 +257,10 @@ func (sc *scheduler) schedule() error {
 	p := sc.p
 	type item struct {
 		pos    int
-		step   *reprise.StepSpec
-		timer  *reprise.TimerSpec
-		marker *reprise.MarkerSpec
-		child  *reprise.ChildSpec
+		step   *store.StepSpec
+		timer  *store.TimerSpec
+		marker *store.MarkerSpec
+		child  *store.ChildSpec
 	}
 	items := make([]item, 0, len(p.Steps)+len(p.Timers)+len(p.Markers)+len(p.Children))
 	for i := range p.Steps {
@@ -293,8 +293,8 @@ func (sc *scheduler) schedule() error {
 		switch {
 		case it.step != nil:
 			st := it.step
-			err = a.add(h, reprise.Event{
-				Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name, Input: st.Input,
+			err = a.add(h, store.Event{
+				Type: store.EventStepScheduled, Position: st.Position, Step: st.Name, Input: st.Input,
 				Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey, Version: st.StepVersion,
 			})
 			if err != nil || !sc.starts {
@@ -318,30 +318,30 @@ func (sc *scheduler) schedule() error {
 			until := a.now.Add(ttl).Truncate(time.Microsecond)
 			if !cancelled[st.Position] { // else its attempt is cancelled at once
 				tasks.add(st, p.LeaseOwner, until)
-				sc.leased = append(sc.leased, &reprise.Task{
+				sc.leased = append(sc.leased, &store.Task{
 					RunID: h.id, Execution: h.execution, Position: st.Position, Step: st.Name, Input: st.Input,
 					IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
 					Owner: p.LeaseOwner, LeaseUntil: until, StartedAt: a.now, FirstStartedAt: a.now,
 					StepVersion: st.StepVersion,
 				})
 			}
-			err = a.add(h, reprise.Event{
-				Type: reprise.EventAttemptStarted, Position: st.Position, Step: st.Name, Attempt: 1,
+			err = a.add(h, store.Event{
+				Type: store.EventAttemptStarted, Position: st.Position, Step: st.Name, Attempt: 1,
 				Worker: p.LeaseOwner, LeaseUntil: until, IdempotencyKey: st.IdempotencyKey,
 			})
 		case it.timer != nil:
 			tm := it.timer
 			fire := a.now.Add(tm.Delay).Truncate(time.Microsecond)
-			err = a.add(h, reprise.Event{Type: reprise.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay, FireAt: fire})
+			err = a.add(h, store.Event{Type: store.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay, FireAt: fire})
 			if sc.starts && !cancelled[tm.Position] {
 				timers.add(tm.Position, fire)
 			}
 		case it.marker != nil:
 			m := it.marker
-			err = a.add(h, reprise.Event{Type: reprise.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version})
+			err = a.add(h, store.Event{Type: store.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version})
 		default:
 			c := it.child
-			err = a.add(h, reprise.Event{Type: reprise.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input})
+			err = a.add(h, store.Event{Type: store.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input})
 			if err == nil {
 				err = kids.add(c, a.now, !sc.starts)
 			}
@@ -370,13 +370,13 @@ func (sc *scheduler) cancel() error {
 		seen[pos] = true
 		step, ok := sc.dropped[pos]
 		if !ok {
-			i := slices.IndexFunc(sc.p.Steps, func(st reprise.StepSpec) bool { return st.Position == pos })
+			i := slices.IndexFunc(sc.p.Steps, func(st store.StepSpec) bool { return st.Position == pos })
 			if i < 0 || !sc.starts {
 				continue
 			}
 			step = sc.p.Steps[i].Name
 		}
-		if err := sc.a.add(sc.run.runHead, reprise.Event{Type: reprise.EventStepCancelRequested, Position: pos, Step: step}); err != nil {
+		if err := sc.a.add(sc.run.runHead, store.Event{Type: store.EventStepCancelRequested, Position: pos, Step: step}); err != nil {
 			return err
 		}
 	}
@@ -422,7 +422,7 @@ type taskRows struct {
 // add adds a task for st, leased to owner until the given time when owner
 // is set. The name and key are pointed to where st has them: the statement
 // is encoded before the advance returns.
-func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
+func (r *taskRows) add(st *store.StepSpec, owner string, until time.Time) {
 	if r.pos == nil {
 		r.pos, r.step, r.input, r.key, r.policy = r.pos0[:0], r.step0[:0], r.input0[:0], r.key0[:0], r.policy0[:0]
 		r.timeout, r.owner, r.leaseUntil, r.version = r.timeout0[:0], r.owner0[:0], r.leaseUntil0[:0], r.version0[:0]
@@ -449,7 +449,7 @@ func (r *taskRows) add(st *reprise.StepSpec, owner string, until time.Time) {
 // leased (matched by run and position). The statement's parameters are
 // arrays, and its rows say their run: the advances of several runs go as
 // one statement (merge.go).
-func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children bool, leased []*reprise.Task) {
+func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children bool, leased []*store.Task) {
 	r.run0[0], r.children0[0], r.lastSeq0[0], r.updatedAt0[0] = h.id, children, h.lastSeq, h.updatedAt
 	r.run, r.children, r.lastSeq, r.updatedAt = r.run0[:], r.children0[:], r.lastSeq0[:], r.updatedAt0[:]
 	args := append(r.args[:0], &r.run, &r.children, &r.lastSeq, &r.updatedAt)
@@ -547,7 +547,7 @@ type childRows struct {
 // add adds child run c, with RunStarted; one whose parent's execution
 // ends in the same advance is created cancelled, since a child never
 // outlives its parent.
-func (r *childRows) add(c *reprise.ChildSpec, now time.Time, cancelled bool) error {
+func (r *childRows) add(c *store.ChildSpec, now time.Time, cancelled bool) error {
 	if r.seen[c.ID] {
 		return nil
 	}
@@ -555,11 +555,11 @@ func (r *childRows) add(c *reprise.ChildSpec, now time.Time, cancelled bool) err
 		r.seen = map[string]bool{}
 	}
 	r.seen[c.ID] = true
-	events := []reprise.Event{{Seq: 1, Type: reprise.EventRunStarted, At: now, Execution: 1, Workflow: c.Workflow, Input: c.Input}}
-	status := reprise.RunPending
+	events := []store.Event{{Seq: 1, Type: store.EventRunStarted, At: now, Execution: 1, Workflow: c.Workflow, Input: c.Input}}
+	status := store.RunPending
 	if cancelled {
-		status = reprise.RunCancelled
-		events = append(events, reprise.Event{Seq: 2, Type: reprise.EventRunCancelled, At: now, Execution: 1, Reason: "parent finished"})
+		status = store.RunCancelled
+		events = append(events, store.Event{Seq: 2, Type: store.EventRunCancelled, At: now, Execution: 1, Reason: "parent finished"})
 	}
 	bodies := make([][]byte, len(events))
 	for i, e := range events {

@@ -3,11 +3,11 @@ package postgres_test
 import (
 	"encoding/json"
 	"fmt"
+	"reprise/store"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -34,8 +34,8 @@ func benchmarkStore(b *testing.B, failures int) {
 		g := goroutines.Add(1)
 		owner := fmt.Sprintf("engine-%d", g)
 		step := fmt.Sprintf("step-%d", g) // each goroutine claims its own steps
-		claim := func() *reprise.Task {
-			tasks, err := s.TaskClaim(ctx, &reprise.TaskClaimParams{Owner: owner, Steps: []reprise.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute})
+		claim := func() *store.Task {
+			tasks, err := s.TaskClaim(ctx, &store.TaskClaimParams{Owner: owner, Steps: []store.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute})
 			if err != nil || len(tasks) != 1 {
 				b.Fatalf("claim: %v, %d tasks", err, len(tasks))
 			}
@@ -43,13 +43,13 @@ func benchmarkStore(b *testing.B, failures int) {
 		}
 		for i := 0; pb.Next(); i++ {
 			id := fmt.Sprintf("%s-%d", owner, i)
-			lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{
+			lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{
 				ID: id, Workflow: "bench", Input: json.RawMessage(`{"n":1}`), Owner: owner, LeaseTTL: time.Minute,
 			})
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: id, Token: lease.Token, Steps: []reprise.StepSpec{{
+			if _, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: id, Token: lease.Token, Steps: []store.StepSpec{{
 				Position: 1, Name: step, Input: json.RawMessage(`{"n":1}`), IdempotencyKey: id + "/1",
 				PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`),
 			}}}); err != nil {
@@ -57,17 +57,17 @@ func benchmarkStore(b *testing.B, failures int) {
 			}
 			for range failures {
 				task := claim()
-				if _, err := s.TaskFail(ctx, &reprise.TaskFailParams{TaskID: task.ID, Token: task.Token,
-					Error: reprise.ErrorInfo{Type: "Flaky", Message: "try again"}, Retry: true, Rule: "[retry: 3]"}); err != nil {
+				if _, err := s.TaskFail(ctx, &store.TaskFailParams{TaskID: task.ID, Token: task.Token,
+					Error: store.ErrorInfo{Type: "Flaky", Message: "try again"}, Retry: true, Rule: "[retry: 3]"}); err != nil {
 					b.Fatal(err)
 				}
 			}
 			task := claim()
-			if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token, Output: json.RawMessage(`{"ok":true}`)}); err != nil {
+			if _, err := s.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token, Output: json.RawMessage(`{"ok":true}`)}); err != nil {
 				b.Fatal(err)
 			}
-			if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: id, Token: lease.Token,
-				Finish: &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`{"ok":true}`)}}); err != nil {
+			if _, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: id, Token: lease.Token,
+				Finish: &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`{"ok":true}`)}}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -2,12 +2,12 @@ package postgres_test
 
 import (
 	"fmt"
+	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -41,15 +41,15 @@ func TestClaimRace(t *testing.T) {
 	)
 	for r := range runs {
 		id := fmt.Sprintf("run-%02d", r)
-		lease, _, err := stores[0].RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e0", LeaseTTL: time.Hour})
+		lease, _, err := stores[0].RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "wf", Owner: "e0", LeaseTTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
-		specs := make([]reprise.StepSpec, steps)
+		specs := make([]store.StepSpec, steps)
 		for i := range specs {
-			specs[i] = reprise.StepSpec{Position: i + 1, Name: "s", IdempotencyKey: fmt.Sprintf("%s-%d", id, i)}
+			specs[i] = store.StepSpec{Position: i + 1, Name: "s", IdempotencyKey: fmt.Sprintf("%s-%d", id, i)}
 		}
-		if _, err := stores[0].RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: id, Token: lease.Token, Steps: specs}); err != nil {
+		if _, err := stores[0].RunAdvance(ctx, &store.RunAdvanceParams{RunID: id, Token: lease.Token, Steps: specs}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -72,15 +72,15 @@ func TestClaimRace(t *testing.T) {
 					if done {
 						return
 					}
-					tasks, err := s.TaskClaim(ctx, &reprise.TaskClaimParams{
-						Owner: owner, Steps: []reprise.StepQuota{{Name: "s", Limit: 7}}, LeaseTTL: time.Hour,
+					tasks, err := s.TaskClaim(ctx, &store.TaskClaimParams{
+						Owner: owner, Steps: []store.StepQuota{{Name: "s", Limit: 7}}, LeaseTTL: time.Hour,
 					})
 					if err != nil {
 						t.Error(err)
 						return
 					}
 					for _, task := range tasks {
-						if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token}); err != nil {
+						if _, err := s.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token}); err != nil {
 							t.Errorf("complete task %d claimed by %s: %v", task.ID, owner, err)
 							continue
 						}
@@ -103,18 +103,18 @@ func TestClaimRace(t *testing.T) {
 		t.Fatalf("completed %d tasks, want %d", len(completed), runs*steps)
 	}
 	for r := range runs {
-		history, err := stores[1].HistoryList(ctx, &reprise.HistoryListParams{RunID: fmt.Sprintf("run-%02d", r)})
+		history, err := stores[1].HistoryList(ctx, &store.HistoryListParams{RunID: fmt.Sprintf("run-%02d", r)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		count := map[reprise.EventType]int{}
+		count := map[store.EventType]int{}
 		for i, e := range history {
 			count[e.Type]++
 			if e.Seq != int64(i+1) {
 				t.Fatalf("run %d: event %d has seq %d", r, i, e.Seq)
 			}
 		}
-		if count[reprise.EventAttemptStarted] != steps || count[reprise.EventStepCompleted] != steps {
+		if count[store.EventAttemptStarted] != steps || count[store.EventStepCompleted] != steps {
 			t.Errorf("run %d: %v", r, count)
 		}
 	}
@@ -122,7 +122,7 @@ func TestClaimRace(t *testing.T) {
 	// Runs nobody owns: each is claimed by one of the racing engines.
 	const free = 50
 	for r := range free {
-		if _, _, err := stores[0].RunCreate(ctx, &reprise.RunCreateParams{ID: fmt.Sprintf("free-%02d", r), Workflow: "wf"}); err != nil {
+		if _, _, err := stores[0].RunCreate(ctx, &store.RunCreateParams{ID: fmt.Sprintf("free-%02d", r), Workflow: "wf"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -130,7 +130,7 @@ func TestClaimRace(t *testing.T) {
 	for i, s := range stores {
 		wg.Go(func() {
 			for {
-				leases, err := s.RunClaim(ctx, &reprise.RunClaimParams{Owner: fmt.Sprintf("e%d", i), Limit: 3, LeaseTTL: time.Hour})
+				leases, err := s.RunClaim(ctx, &store.RunClaimParams{Owner: fmt.Sprintf("e%d", i), Limit: 3, LeaseTTL: time.Hour})
 				if err != nil {
 					t.Error(err)
 					return
@@ -152,7 +152,7 @@ func TestClaimRace(t *testing.T) {
 	wg.Wait()
 	// A claimer may stop early when the rows it saw were all taken; what
 	// is left is claimed now.
-	rest, err := stores[0].RunClaim(ctx, &reprise.RunClaimParams{Owner: "last", Limit: free, LeaseTTL: time.Hour})
+	rest, err := stores[0].RunClaim(ctx, &store.RunClaimParams{Owner: "last", Limit: free, LeaseTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"reprise"
 )
 
 // A committer runs the store's transitions in shared transactions: group
@@ -215,8 +214,8 @@ func (s *Store) shared(group []*call, results []error) error {
 // sentinel reports whether err is one that a transition returns only
 // having changed nothing.
 func sentinel(err error) bool {
-	return errors.Is(err, reprise.ErrNotFound) ||
-		errors.Is(err, reprise.ErrLeaseLost) ||
-		errors.Is(err, reprise.ErrRunFinished) ||
-		errors.Is(err, reprise.ErrNotRedrivable)
+	return errors.Is(err, store.ErrNotFound) ||
+		errors.Is(err, store.ErrLeaseLost) ||
+		errors.Is(err, store.ErrRunFinished) ||
+		errors.Is(err, store.ErrNotRedrivable)
 }

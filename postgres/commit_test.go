@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"reprise/store"
 	"sync"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -27,16 +27,16 @@ func TestGroupCommit(t *testing.T) {
 	tokens := map[string]int64{}
 	for i := range 4 {
 		id := fmt.Sprint("r", i)
-		lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+		lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 		tokens[id] = lease.Token
 	}
-	step := func(pos int) []reprise.StepSpec {
-		return []reprise.StepSpec{{Position: pos, Name: "s", IdempotencyKey: fmt.Sprint("k", pos), PolicyText: "[retry: 0]", Policy: json.RawMessage(`{}`)}}
+	step := func(pos int) []store.StepSpec {
+		return []store.StepSpec{{Position: pos, Name: "s", IdempotencyKey: fmt.Sprint("k", pos), PolicyText: "[retry: 0]", Policy: json.RawMessage(`{}`)}}
 	}
-	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r3", Token: tokens["r3"], Steps: step(1)}))
+	must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "r3", Token: tokens["r3"], Steps: step(1)}))
 
 	group := func(calls map[string]func() error) map[string]error {
 		t.Helper()
@@ -44,7 +44,7 @@ func TestGroupCommit(t *testing.T) {
 	}
 	signal := func(run, name string) func() error {
 		return func() error {
-			_, err := s.SignalSend(ctx, &reprise.SignalSendParams{RunID: run, Name: name})
+			_, err := s.SignalSend(ctx, &store.SignalSendParams{RunID: run, Name: name})
 			return err
 		}
 	}
@@ -65,12 +65,12 @@ func TestGroupCommit(t *testing.T) {
 		"two":   signal("r2", "two"),
 		"three": signal("r1", "three"),
 		"lost": func() error {
-			_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r2", Token: tokens["r2"] + 1, Steps: step(1)})
+			_, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "r2", Token: tokens["r2"] + 1, Steps: step(1)})
 			return err
 		},
 		"missing": signal("nope", "missing"),
 	})
-	for name, want := range map[string]error{"one": nil, "two": nil, "three": nil, "lost": reprise.ErrLeaseLost, "missing": reprise.ErrNotFound} {
+	for name, want := range map[string]error{"one": nil, "two": nil, "three": nil, "lost": store.ErrLeaseLost, "missing": store.ErrNotFound} {
 		if !errors.Is(got[name], want) || want == nil && got[name] != nil {
 			t.Errorf("%s: %v, want %v", name, got[name], want)
 		}
@@ -83,14 +83,14 @@ func TestGroupCommit(t *testing.T) {
 	if shared := writers("data->>'step' IN ('one', 'two', 'three')"); shared != 1 {
 		t.Errorf("the group's signals were written by %d transactions, want 1", shared)
 	}
-	checkHistory(t, s, "r2", reprise.EventRunStarted, reprise.EventSignalReceived)
+	checkHistory(t, s, "r2", store.EventRunStarted, store.EventSignalReceived)
 
 	// Position 1 of r3 is taken: its insert fails in the group's write
 	// pipeline, after the signals before it were sent.
 	got = group(map[string]func() error{
 		"four": signal("r1", "four"),
 		"dup": func() error {
-			_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r3", Token: tokens["r3"], Steps: step(1)})
+			_, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "r3", Token: tokens["r3"], Steps: step(1)})
 			return err
 		},
 		"five": signal("r2", "five"),
@@ -101,15 +101,15 @@ func TestGroupCommit(t *testing.T) {
 	if err := got["dup"]; err == nil || errors.Is(err, context.Canceled) {
 		t.Errorf("advance onto a taken position: %v, want an error", err)
 	}
-	checkHistory(t, s, "r3", reprise.EventRunStarted, reprise.EventStepScheduled)
-	checkHistory(t, s, "r1", reprise.EventRunStarted, reprise.EventSignalReceived, reprise.EventSignalReceived, reprise.EventSignalReceived)
+	checkHistory(t, s, "r3", store.EventRunStarted, store.EventStepScheduled)
+	checkHistory(t, s, "r1", store.EventRunStarted, store.EventSignalReceived, store.EventSignalReceived, store.EventSignalReceived)
 
 	// Advances read their runs ahead, all in the group's first round
 	// trip; the second advance of r2 read r2 before the first's writes,
 	// and must read it again after them, in the same transaction.
 	advance := func(run string, pos int) func() error {
 		return func() error {
-			_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: run, Token: tokens[run], Steps: step(pos)})
+			_, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: run, Token: tokens[run], Steps: step(pos)})
 			return err
 		}
 	}
@@ -122,8 +122,8 @@ func TestGroupCommit(t *testing.T) {
 	if n := writers("data->>'type' = 'StepScheduled' AND run_id IN ('r1', 'r2')"); n != 1 {
 		t.Errorf("the group's advances were written by %d transactions, want 1", n)
 	}
-	checkHistory(t, s, "r2", reprise.EventRunStarted, reprise.EventSignalReceived, reprise.EventSignalReceived,
-		reprise.EventStepScheduled, reprise.EventStepScheduled)
+	checkHistory(t, s, "r2", store.EventRunStarted, store.EventSignalReceived, store.EventSignalReceived,
+		store.EventStepScheduled, store.EventStepScheduled)
 }
 
 // inGroup runs the calls' transitions as one group on s, which has one
@@ -143,7 +143,7 @@ func inGroup(t *testing.T, s *postgres.Store, dsn, schema string, calls map[stri
 	results := make(chan result, len(calls)+1)
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, err := s.SignalSend(ctx, &reprise.SignalSendParams{RunID: "r0", Name: "blocked"})
+		_, err := s.SignalSend(ctx, &store.SignalSendParams{RunID: "r0", Name: "blocked"})
 		results <- result{"blocked", err}
 	})
 	waitFor(t, func() bool {
@@ -171,13 +171,13 @@ func inGroup(t *testing.T, s *postgres.Store, dsn, schema string, calls map[stri
 }
 
 // checkHistory checks the types of a run's events.
-func checkHistory(t *testing.T, s *postgres.Store, id string, want ...reprise.EventType) {
+func checkHistory(t *testing.T, s *postgres.Store, id string, want ...store.EventType) {
 	t.Helper()
-	events, err := s.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: id})
+	events, err := s.HistoryList(t.Context(), &store.HistoryListParams{RunID: id})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got []reprise.EventType
+	var got []store.EventType
 	for _, e := range events {
 		got = append(got, e.Type)
 	}
@@ -214,9 +214,9 @@ func TestMergedTransitions(t *testing.T) {
 	ctx := t.Context()
 	runs := []string{"r1", "r2", "r3", "r4", "r5"}
 	tokens := map[string]int64{}
-	tasks := map[string]*reprise.Task{}
+	tasks := map[string]*store.Task{}
 	for _, id := range append([]string{"r0"}, runs...) {
-		lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+		lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,21 +224,21 @@ func TestMergedTransitions(t *testing.T) {
 		if id == "r0" {
 			continue
 		}
-		adv := must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+		adv := must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{
 			RunID: id, Token: lease.Token, LeaseOwner: "w1", LeaseTTL: time.Hour,
-			Steps: []reprise.StepSpec{{Position: 1, Name: "s", Input: json.RawMessage(`"in"`), IdempotencyKey: id + "/1",
+			Steps: []store.StepSpec{{Position: 1, Name: "s", Input: json.RawMessage(`"in"`), IdempotencyKey: id + "/1",
 				PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`), Lease: true}},
 		}))
 		tasks[id] = adv.Tasks[0]
 	}
 	before := postgres.Merged(s)
 
-	nexts := map[string]*reprise.Task{}
+	nexts := map[string]*store.Task{}
 	var mu sync.Mutex
 	fail := func(run string, token int64) func() error {
 		return func() error {
-			o, err := s.TaskFail(ctx, &reprise.TaskFailParams{
-				TaskID: tasks[run].ID, Token: token, Error: reprise.ErrorInfo{Type: "E", Message: run},
+			o, err := s.TaskFail(ctx, &store.TaskFailParams{
+				TaskID: tasks[run].ID, Token: token, Error: store.ErrorInfo{Type: "E", Message: run},
 				Retry: true, LeaseNext: true, LeaseOwner: "w2", LeaseTTL: time.Hour,
 			})
 			if err == nil {
@@ -255,7 +255,7 @@ func TestMergedTransitions(t *testing.T) {
 		"r3": fail("r3", tasks["r3"].Token+1), // stale
 		"r4": fail("r4", tasks["r4"].Token),
 		"r5": func() error {
-			_, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks["r5"].ID, Token: tasks["r5"].Token, Output: json.RawMessage(`5`)})
+			_, err := s.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: tasks["r5"].ID, Token: tasks["r5"].Token, Output: json.RawMessage(`5`)})
 			return err
 		},
 	})
@@ -264,31 +264,31 @@ func TestMergedTransitions(t *testing.T) {
 			t.Errorf("%s: %v, want success %v", run, got[run], want)
 		}
 	}
-	if !errors.Is(got["r3"], reprise.ErrLeaseLost) {
+	if !errors.Is(got["r3"], store.ErrLeaseLost) {
 		t.Errorf("r3 with a stale token: %v, want ErrLeaseLost", got["r3"])
 	}
 	if n := postgres.Merged(s) - before; n < 2 {
 		t.Errorf("%d merged statements, want at least 2 (the failures' reads and writes)", n)
 	}
 	for _, run := range []string{"r1", "r2", "r4"} {
-		checkHistory(t, s, run, reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted,
-			reprise.EventAttemptFailed, reprise.EventAttemptStarted)
+		checkHistory(t, s, run, store.EventRunStarted, store.EventStepScheduled, store.EventAttemptStarted,
+			store.EventAttemptFailed, store.EventAttemptStarted)
 		n := nexts[run]
 		if n == nil || n.Attempt != 2 || n.Token != tasks[run].Token+1 || string(n.Input) != `"in"` || n.IdempotencyKey != run+"/1" {
 			t.Errorf("%s: next attempt %+v", run, n)
 			continue
 		}
-		if stored := must[*reprise.Task](t)(s.TaskGet(ctx, n.ID)); !reflect.DeepEqual(stored, n) {
+		if stored := must[*store.Task](t)(s.TaskGet(ctx, n.ID)); !reflect.DeepEqual(stored, n) {
 			t.Errorf("%s: stored task %+v, want %+v", run, stored, n)
 		}
 	}
-	checkHistory(t, s, "r3", reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted)
-	if stored := must[*reprise.Task](t)(s.TaskGet(ctx, tasks["r3"].ID)); !reflect.DeepEqual(stored, tasks["r3"]) {
+	checkHistory(t, s, "r3", store.EventRunStarted, store.EventStepScheduled, store.EventAttemptStarted)
+	if stored := must[*store.Task](t)(s.TaskGet(ctx, tasks["r3"].ID)); !reflect.DeepEqual(stored, tasks["r3"]) {
 		t.Errorf("r3: task after the refused failure %+v, want %+v", stored, tasks["r3"])
 	}
-	checkHistory(t, s, "r5", reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted,
-		reprise.EventStepCompleted)
-	if _, err := s.TaskGet(ctx, tasks["r5"].ID); !errors.Is(err, reprise.ErrNotFound) {
+	checkHistory(t, s, "r5", store.EventRunStarted, store.EventStepScheduled, store.EventAttemptStarted,
+		store.EventStepCompleted)
+	if _, err := s.TaskGet(ctx, tasks["r5"].ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("r5: completed task: %v, want ErrNotFound", err)
 	}
 	if n := writersOf(t, dsn, schema, "type IN ('AttemptFailed', 'StepCompleted')"); n != 1 {
@@ -300,10 +300,10 @@ func TestMergedTransitions(t *testing.T) {
 	before = postgres.Merged(s)
 	finish := func(run string, token int64) func() error {
 		return func() error {
-			_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+			_, err := s.RunAdvance(ctx, &store.RunAdvanceParams{
 				RunID: run, Token: tokens[run],
-				Completed: []reprise.TaskCompleteParams{{TaskID: tasks[run].ID, Token: token, Output: json.RawMessage(`2`)}},
-				Finish:    &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`"done"`)},
+				Completed: []store.TaskCompleteParams{{TaskID: tasks[run].ID, Token: token, Output: json.RawMessage(`2`)}},
+				Finish:    &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`"done"`)},
 			})
 			return err
 		}
@@ -313,36 +313,36 @@ func TestMergedTransitions(t *testing.T) {
 		"r2": finish("r2", nexts["r2"].Token),
 		"r3": finish("r3", tasks["r3"].Token+1),
 		"r4": func() error {
-			_, err := s.RunCancel(ctx, &reprise.RunCancelParams{ID: "r4", Reason: "test"})
+			_, err := s.RunCancel(ctx, &store.RunCancelParams{ID: "r4", Reason: "test"})
 			return err
 		},
 	})
-	if got["r1"] != nil || got["r2"] != nil || got["r4"] != nil || !errors.Is(got["r3"], reprise.ErrLeaseLost) {
+	if got["r1"] != nil || got["r2"] != nil || got["r4"] != nil || !errors.Is(got["r3"], store.ErrLeaseLost) {
 		t.Errorf("ends: %v", got)
 	}
 	if n := postgres.Merged(s) - before; n < 2 {
 		t.Errorf("%d merged statements, want at least 2 (the ends' reads and writes)", n)
 	}
-	for run, want := range map[string]reprise.RunStatus{"r1": reprise.RunCompleted, "r2": reprise.RunCompleted, "r3": reprise.RunRunning, "r4": reprise.RunCancelled} {
-		r := must[*reprise.Run](t)(s.RunGet(ctx, run))
+	for run, want := range map[string]store.RunStatus{"r1": store.RunCompleted, "r2": store.RunCompleted, "r3": store.RunRunning, "r4": store.RunCancelled} {
+		r := must[*store.Run](t)(s.RunGet(ctx, run))
 		if r.Status != want {
 			t.Errorf("%s: %s, want %s", run, r.Status, want)
 		}
-		if want == reprise.RunCompleted && string(r.Output) != `"done"` {
+		if want == store.RunCompleted && string(r.Output) != `"done"` {
 			t.Errorf("%s: output %s", run, r.Output)
 		}
 	}
 	for _, run := range []string{"r1", "r2"} {
-		checkHistory(t, s, run, reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted,
-			reprise.EventAttemptFailed, reprise.EventAttemptStarted, reprise.EventStepCompleted, reprise.EventRunCompleted)
-		if _, err := s.TaskGet(ctx, nexts[run].ID); !errors.Is(err, reprise.ErrNotFound) {
+		checkHistory(t, s, run, store.EventRunStarted, store.EventStepScheduled, store.EventAttemptStarted,
+			store.EventAttemptFailed, store.EventAttemptStarted, store.EventStepCompleted, store.EventRunCompleted)
+		if _, err := s.TaskGet(ctx, nexts[run].ID); !errors.Is(err, store.ErrNotFound) {
 			t.Errorf("%s: task of an ended run: %v, want ErrNotFound", run, err)
 		}
 	}
-	if _, err := s.TaskGet(ctx, tasks["r4"].ID); !errors.Is(err, reprise.ErrNotFound) {
+	if _, err := s.TaskGet(ctx, tasks["r4"].ID); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("r4: task of a cancelled run: %v, want ErrNotFound", err)
 	}
-	if stored := must[*reprise.Task](t)(s.TaskGet(ctx, tasks["r3"].ID)); !reflect.DeepEqual(stored, tasks["r3"]) {
+	if stored := must[*store.Task](t)(s.TaskGet(ctx, tasks["r3"].ID)); !reflect.DeepEqual(stored, tasks["r3"]) {
 		t.Errorf("r3: task after the refused end %+v, want %+v", stored, tasks["r3"])
 	}
 
@@ -350,19 +350,19 @@ func TestMergedTransitions(t *testing.T) {
 	// rows each advance reads its own tasks' ids from.
 	before = postgres.Merged(s)
 	calls := map[string]func() error{}
-	leased := map[string][]*reprise.Task{}
+	leased := map[string][]*store.Task{}
 	for _, run := range []string{"r6", "r7", "r8"} {
-		lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: run, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+		lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: run, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
 		if err != nil {
 			t.Fatal(err)
 		}
 		calls[run] = func() error {
-			var steps []reprise.StepSpec
+			var steps []store.StepSpec
 			for pos := range 2 {
-				steps = append(steps, reprise.StepSpec{Position: pos + 1, Name: "s", IdempotencyKey: fmt.Sprint(run, "/", pos+1),
+				steps = append(steps, store.StepSpec{Position: pos + 1, Name: "s", IdempotencyKey: fmt.Sprint(run, "/", pos+1),
 					PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`), Lease: true})
 			}
-			adv, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: run, Token: lease.Token, LeaseOwner: "w1", LeaseTTL: time.Hour, Steps: steps})
+			adv, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: run, Token: lease.Token, LeaseOwner: "w1", LeaseTTL: time.Hour, Steps: steps})
 			if err == nil {
 				mu.Lock()
 				leased[run] = adv.Tasks
@@ -412,16 +412,16 @@ func TestHistoriesTogether(t *testing.T) {
 	ctx := t.Context()
 	for i := range 3 {
 		id := fmt.Sprint("h", i)
-		if _, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf"}); err != nil {
+		if _, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "wf"}); err != nil {
 			t.Fatal(err)
 		}
 		for j := range i {
-			if _, err := s.SignalSend(ctx, &reprise.SignalSendParams{RunID: id, Name: fmt.Sprint("s", j)}); err != nil {
+			if _, err := s.SignalSend(ctx, &store.SignalSendParams{RunID: id, Name: fmt.Sprint("s", j)}); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
-	ps := []reprise.HistoryListParams{
+	ps := []store.HistoryListParams{
 		{RunID: "h2"}, {RunID: "nope"}, {RunID: "h1", AfterSeq: 1}, {RunID: "h0", AfterSeq: 1},
 		{RunID: "h2", AfterSeq: 2}, {RunID: "h1"},
 	}
@@ -429,7 +429,7 @@ func TestHistoriesTogether(t *testing.T) {
 	want := []string{"RunStarted SignalReceived SignalReceived", "", "SignalReceived", "", "SignalReceived", "RunStarted SignalReceived"}
 	for i, p := range ps {
 		if p.RunID == "nope" {
-			if !errors.Is(errs[i], reprise.ErrNotFound) {
+			if !errors.Is(errs[i], store.ErrNotFound) {
 				t.Errorf("read %d of a missing run: %v, want ErrNotFound", i, errs[i])
 			}
 			continue
@@ -448,7 +448,7 @@ func TestHistoriesTogether(t *testing.T) {
 	for i := range 64 {
 		wg.Go(func() {
 			id := fmt.Sprint("h", i%3)
-			got, err := s.HistoryList(ctx, &reprise.HistoryListParams{RunID: id})
+			got, err := s.HistoryList(ctx, &store.HistoryListParams{RunID: id})
 			if err != nil || len(got) != i%3+1 {
 				t.Errorf("history of %s: %d events (%v), want %d", id, len(got), err, i%3+1)
 			}
@@ -468,22 +468,22 @@ func TestMergedCreates(t *testing.T) {
 	s := openOn(t, dsn, &postgres.Options{Schema: schema, Writers: 1})
 	ctx := t.Context()
 	for _, id := range []string{"r0", "old"} {
-		if _, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour}); err != nil {
+		if _, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := postgres.Merged(s)
 	type result struct {
-		lease   reprise.RunLease
+		lease   store.RunLease
 		created bool
 	}
 	var mu sync.Mutex
 	results := map[string]result{}
 	create := func(name, id string, first bool) func() error {
 		return func() error {
-			p := &reprise.RunCreateParams{ID: id, Workflow: "wf", Input: json.RawMessage(`"` + name + `"`), Owner: "e1", LeaseTTL: time.Hour}
+			p := &store.RunCreateParams{ID: id, Workflow: "wf", Input: json.RawMessage(`"` + name + `"`), Owner: "e1", LeaseTTL: time.Hour}
 			if first {
-				p.First = &reprise.RunAdvanceParams{LeaseOwner: "w1", LeaseTTL: time.Hour, Steps: []reprise.StepSpec{{
+				p.First = &store.RunAdvanceParams{LeaseOwner: "w1", LeaseTTL: time.Hour, Steps: []store.StepSpec{{
 					Position: 1, Name: "s", IdempotencyKey: id + "/1", PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`), Lease: true,
 				}}}
 			}
@@ -514,12 +514,12 @@ func TestMergedCreates(t *testing.T) {
 	}
 	for _, id := range []string{"a", "b"} {
 		r := results[id]
-		if !r.created || r.lease.Advanced == nil || len(r.lease.Advanced.Tasks) != 1 || r.lease.Run.Status != reprise.RunRunning {
+		if !r.created || r.lease.Advanced == nil || len(r.lease.Advanced.Tasks) != 1 || r.lease.Run.Status != store.RunRunning {
 			t.Errorf("%s: %+v", id, r)
 			continue
 		}
-		checkHistory(t, s, id, reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted)
-		task := must[*reprise.Task](t)(s.TaskGet(ctx, r.lease.Advanced.Tasks[0].ID))
+		checkHistory(t, s, id, store.EventRunStarted, store.EventStepScheduled, store.EventAttemptStarted)
+		task := must[*store.Task](t)(s.TaskGet(ctx, r.lease.Advanced.Tasks[0].ID))
 		if task.RunID != id || task.Token != 1 {
 			t.Errorf("%s: leased task %+v", id, task)
 		}
@@ -527,7 +527,7 @@ func TestMergedCreates(t *testing.T) {
 	if r := results["c"]; !r.created || r.lease.Token != 1 {
 		t.Errorf("c: %+v", r)
 	}
-	checkHistory(t, s, "c", reprise.EventRunStarted)
+	checkHistory(t, s, "c", store.EventRunStarted)
 	d1, d2 := results["dup1"], results["dup2"]
 	if d1.created == d2.created {
 		t.Errorf("dup created by both or neither: %v, %v", d1.created, d2.created)
@@ -536,13 +536,13 @@ func TestMergedCreates(t *testing.T) {
 	if d2.created {
 		won = d2
 	}
-	stored := must[*reprise.Run](t)(s.RunGet(ctx, "dup"))
+	stored := must[*store.Run](t)(s.RunGet(ctx, "dup"))
 	if string(stored.Input) != string(won.lease.Run.Input) {
 		t.Errorf("dup: stored input %s, created by the call with %s", stored.Input, won.lease.Run.Input)
 	}
-	checkHistory(t, s, "dup", reprise.EventRunStarted)
+	checkHistory(t, s, "dup", store.EventRunStarted)
 	if r := results["old"]; r.created || r.lease.Token != 0 || string(r.lease.Run.Input) != "" {
 		t.Errorf("old: %+v, want the existing run, unchanged", r)
 	}
-	checkHistory(t, s, "old", reprise.EventRunStarted)
+	checkHistory(t, s, "old", store.EventRunStarted)
 }

@@ -4,22 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"reprise"
 )
 
 // finish appends the run's end event and returns the statement that ends
 // it, for appender.queueWith (see end).
-func finish(a *appender, run *lockedRun, f *reprise.RunFinish) (string, []any, error) {
-	e := reprise.Event{Type: reprise.EventRunCancelled, Error: f.Error}
+func finish(a *appender, run *lockedRun, f *store.RunFinish) (string, []any, error) {
+	e := store.Event{Type: store.EventRunCancelled, Error: f.Error}
 	switch f.Status {
-	case reprise.RunCompleted:
-		e = reprise.Event{Type: reprise.EventRunCompleted, Output: f.Output}
-	case reprise.RunFailed:
-		e = reprise.Event{Type: reprise.EventRunFailed, Error: f.Error}
+	case store.RunCompleted:
+		e = store.Event{Type: store.EventRunCompleted, Output: f.Output}
+	case store.RunFailed:
+		e = store.Event{Type: store.EventRunFailed, Error: f.Error}
 	}
 	if err := a.add(run.runHead, e); err != nil {
 		return "", nil, err
@@ -34,7 +33,7 @@ func finish(a *appender, run *lockedRun, f *reprise.RunFinish) (string, []any, e
 // RunRedrive. Its parameters are arrays, so that the ends of several runs
 // go as one statement (merge.go); the statement is marked mergeable by
 // the caller, once queued.
-func end(run *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) (string, []any, error) {
+func end(run *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo) (string, []any, error) {
 	encErr, err := encodeError(errInfo)
 	if err != nil {
 		return "", nil, err
@@ -48,7 +47,7 @@ func end(run *lockedRun, status reprise.RunStatus, output json.RawMessage, errIn
 	c := &endCols{}
 	c.id, c.dropFailed, c.status = c.id0[:], c.dropFailed0[:], c.status0[:]
 	c.output, c.err, c.lastSeq, c.updatedAt = c.output0[:], c.err0[:], c.lastSeq0[:], c.updatedAt0[:]
-	c.id[0], c.dropFailed[0], c.status[0] = run.id, status != reprise.RunFailed, string(status)
+	c.id[0], c.dropFailed[0], c.status[0] = run.id, status != store.RunFailed, string(status)
 	c.output[0], c.err[0], c.lastSeq[0], c.updatedAt[0] = jsonText(output), errText, run.lastSeq, run.updatedAt
 	c.args = [...]any{&c.id, &c.dropFailed, &c.status, &c.output, &c.err, &c.lastSeq, &c.updatedAt}
 	return `,
@@ -106,11 +105,11 @@ func drop(b *pgx.Batch, ids []string, failedSteps bool) {
 // it drops the run's tasks and timers, appends RunContinuedAsNew and the
 // new execution's RunStarted. The run stays running, with its lease.
 func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, input json.RawMessage) error {
-	if err := a.add(run.runHead, reprise.Event{Type: reprise.EventRunContinuedAsNew, Input: input}); err != nil {
+	if err := a.add(run.runHead, store.Event{Type: store.EventRunContinuedAsNew, Input: input}); err != nil {
 		return err
 	}
 	run.execution++
-	if err := a.add(run.runHead, reprise.Event{Type: reprise.EventRunStarted, Workflow: run.workflow, Input: input}); err != nil {
+	if err := a.add(run.runHead, store.Event{Type: store.EventRunStarted, Workflow: run.workflow, Input: input}); err != nil {
 		return err
 	}
 	drop(b, []string{run.id}, true)
@@ -137,10 +136,10 @@ func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below [
 		if c.parentID == run.id {
 			why = reason
 		}
-		if err := a.add(c.runHead, reprise.Event{Type: reprise.EventRunCancelled, Reason: why}); err != nil {
+		if err := a.add(c.runHead, store.Event{Type: store.EventRunCancelled, Reason: why}); err != nil {
 			return err
 		}
-		c.status = reprise.RunCancelled
+		c.status = store.RunCancelled
 		if c.owner != "" {
 			out.add(Notice{Kind: NoticeOutcome, RunID: c.id, Owner: c.owner, Seq: c.lastSeq})
 		}
@@ -158,43 +157,43 @@ func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below [
 // and the child's status as Reason. It does so only while the parent is
 // active and in the execution that started the child, and returns the
 // parent's Outcome then, or nil.
-func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status reprise.RunStatus, output json.RawMessage, errInfo *reprise.ErrorInfo) (*reprise.Outcome, error) {
+func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo) (*store.Outcome, error) {
 	if parent == nil || parent.id != run.parentID || !parent.active() || parent.execution != run.parentExecution {
 		return nil, nil
 	}
-	e := reprise.Event{Type: reprise.EventChildFailed, Position: run.parentPosition, Child: run.id, Error: errInfo, Reason: string(status)}
-	if status == reprise.RunCompleted {
-		e = reprise.Event{Type: reprise.EventChildCompleted, Position: run.parentPosition, Child: run.id, Output: output}
+	e := store.Event{Type: store.EventChildFailed, Position: run.parentPosition, Child: run.id, Error: errInfo, Reason: string(status)}
+	if status == store.RunCompleted {
+		e = store.Event{Type: store.EventChildCompleted, Position: run.parentPosition, Child: run.id, Output: output}
 	}
 	if err := a.add(parent.runHead, e); err != nil {
 		return nil, err
 	}
 	out.add(Notice{Kind: NoticeOutcome, RunID: parent.id, Owner: parent.owner, Seq: parent.lastSeq})
-	return &reprise.Outcome{RunID: parent.id, Owner: parent.owner, Events: a.eventsOf(parent.runHead)}, nil
+	return &store.Outcome{RunID: parent.id, Owner: parent.owner, Events: a.eventsOf(parent.runHead)}, nil
 }
 
 // RunCancel cancels an active run: appends RunCancelled, ends the run,
 // drops its tasks and timers, cancels its active descendants, and reports
 // ChildFailed{Reason: "cancelled"} to its parent if it has an active one.
-func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
-	var run *reprise.Run
+func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	var run *store.Run
 	err := s.txOwning(ctx, []*aheadRead{lockRunRead(s.clock(), p.ID, true)}, func(tx *txn) error {
 		r, parent, now, err := lockRun(ctx, tx, s.clock(), p.ID, true)
 		if err != nil {
 			return err
 		}
 		if r.status.Final() {
-			return reprise.ErrRunFinished
+			return store.ErrRunFinished
 		}
 		below, err := lockDescendants(ctx, tx, r)
 		if err != nil {
 			return err
 		}
 		a := newAppender(now)
-		if err := a.add(r.runHead, reprise.Event{Type: reprise.EventRunCancelled, Reason: p.Reason}); err != nil {
+		if err := a.add(r.runHead, store.Event{Type: store.EventRunCancelled, Reason: p.Reason}); err != nil {
 			return err
 		}
-		final, args, err := end(r, reprise.RunCancelled, nil, nil)
+		final, args, err := end(r, store.RunCancelled, nil, nil)
 		if err != nil {
 			return err
 		}
@@ -202,7 +201,7 @@ func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*rep
 		if err := cancelBelow(a, b, &tx.out, r, below, "parent cancelled"); err != nil {
 			return err
 		}
-		if _, err := reportToParent(a, &tx.out, r, parent, reprise.RunCancelled, nil, nil); err != nil {
+		if _, err := reportToParent(a, &tx.out, r, parent, store.RunCancelled, nil, nil); err != nil {
 			return err
 		}
 		markMergeable(a.queueWith(b, []*runHead{r.runHead}, final, args...))

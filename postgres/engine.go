@@ -4,10 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 
 	"github.com/jackc/pgx/v5"
-
-	"reprise"
 )
 
 // An engine's liveness is a session-level advisory lock, held on a
@@ -25,7 +24,7 @@ func (s *Store) engineKey(id string) int64 {
 
 // EngineStart takes the engine's lock on a connection of its own and
 // records it; ErrEngineLive if another session holds the lock.
-func (s *Store) EngineStart(ctx context.Context, p *reprise.EngineStartParams) error {
+func (s *Store) EngineStart(ctx context.Context, p *store.EngineStartParams) error {
 	key := s.engineKey(p.ID)
 	c, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -38,7 +37,7 @@ func (s *Store) EngineStart(ctx context.Context, p *reprise.EngineStartParams) e
 	}
 	if !locked {
 		c.Release()
-		return fmt.Errorf("start engine %s: %w", p.ID, reprise.ErrEngineLive)
+		return fmt.Errorf("start engine %s: %w", p.ID, store.ErrEngineLive)
 	}
 	conn := c.Hijack() // out of the pool: the lock lives as long as it
 	_, err = s.pool.Exec(ctx, `
@@ -126,7 +125,7 @@ func (s *Store) EngineGone(ctx context.Context) ([]string, error) {
 // TaskRelease cuts the live leases of the tasks leased to p.Owner to
 // lapse now. Like a heartbeat, it writes the lease alone, without its
 // run's lock: the owner is gone and writes nothing more.
-func (s *Store) TaskRelease(ctx context.Context, p *reprise.TaskReleaseParams) (int, error) {
+func (s *Store) TaskRelease(ctx context.Context, p *store.TaskReleaseParams) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now)
 		UPDATE reprise_task SET lease_until = c.now

@@ -2,12 +2,11 @@ package postgres
 
 import (
 	"context"
+	"reprise/store"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-
-	"reprise"
 )
 
 // Merged returns how many statements s sent for several transitions at
@@ -24,13 +23,13 @@ func QueuedTransitions(s *Store) int {
 // Histories reads the histories of ps in one statement, as HistoryList
 // calls that arrive together are read, and returns each one's events and
 // error.
-func Histories(ctx context.Context, s *Store, ps []reprise.HistoryListParams) ([][]reprise.Event, []error) {
+func Histories(ctx context.Context, s *Store, ps []store.HistoryListParams) ([][]store.Event, []error) {
 	reads := make([]*historyRead, len(ps))
 	for i := range ps {
 		reads[i] = &historyRead{p: &ps[i]}
 	}
 	s.histories(ctx, reads)
-	events := make([][]reprise.Event, len(ps))
+	events := make([][]store.Event, len(ps))
 	errs := make([]error, len(ps))
 	for i, r := range reads {
 		events[i], errs[i] = r.events, r.err

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reprise/store"
 	"sync"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -41,17 +41,17 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 
 	s := openOn(t, dsn, &postgres.Options{Schema: schema})
-	run := must[*reprise.Run](t)(s.RunGet(ctx, "old"))
-	if run.Status != reprise.RunRunning || run.ParentID != "" {
+	run := must[*store.Run](t)(s.RunGet(ctx, "old"))
+	if run.Status != store.RunRunning || run.ParentID != "" {
 		t.Errorf("run after migrating = %+v", run)
 	}
 	// An event of the old layout, whose JSON holds its seq, reads as it was.
-	events := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "old"}))
-	if len(events) != 1 || events[0].Seq != 1 || events[0].Type != reprise.EventRunStarted || events[0].Execution != 1 {
+	events := must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: "old"}))
+	if len(events) != 1 || events[0].Seq != 1 || events[0].Type != store.EventRunStarted || events[0].Execution != 1 {
 		t.Errorf("history after migrating = %+v", events)
 	}
-	tasks := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w", Steps: []reprise.StepQuota{{Name: "a", Limit: 1}}, LeaseTTL: time.Minute,
+	tasks := must[[]*store.Task](t)(s.TaskClaim(ctx, &store.TaskClaimParams{
+		Owner: "w", Steps: []store.StepQuota{{Name: "a", Limit: 1}}, LeaseTTL: time.Minute,
 	}))
 	if len(tasks) != 1 || tasks[0].Attempt != 3 || tasks[0].Base != 0 || tasks[0].Lapses != 0 {
 		t.Fatalf("claim after migrating = %+v", tasks)
@@ -71,17 +71,17 @@ func TestAdvanceThatEnds(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, clock.Now)
 	ctx := t.Context()
-	step := func(pos int, name string) reprise.StepSpec {
-		return reprise.StepSpec{Position: pos, Name: name, IdempotencyKey: fmt.Sprint("k", pos)}
+	step := func(pos int, name string) store.StepSpec {
+		return store.StepSpec{Position: pos, Name: name, IdempotencyKey: fmt.Sprint("k", pos)}
 	}
 
-	lease := must[reprise.RunLease](t)(func() (reprise.RunLease, error) {
-		l, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "p", Workflow: "wf", Owner: "e", LeaseTTL: time.Minute})
+	lease := must[store.RunLease](t)(func() (store.RunLease, error) {
+		l, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "p", Workflow: "wf", Owner: "e", LeaseTTL: time.Minute})
 		return l, err
 	}())
-	adv := must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+	adv := must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{
 		RunID: "p", Token: lease.Token, LeaseOwner: "e", LeaseTTL: time.Minute,
-		Steps:   []reprise.StepSpec{step(1, "a"), func() reprise.StepSpec { st := step(2, "b"); st.Lease = true; return st }()},
+		Steps:   []store.StepSpec{step(1, "a"), func() store.StepSpec { st := step(2, "b"); st.Lease = true; return st }()},
 		Cancels: []int{1, 2, 9},
 	}))
 	if got := types(adv.Events); got != "StepScheduled StepScheduled AttemptStarted StepCancelRequested StepCancelRequested" {
@@ -90,30 +90,30 @@ func TestAdvanceThatEnds(t *testing.T) {
 	if len(adv.Tasks) != 0 {
 		t.Errorf("leased a cancelled step: %+v", adv.Tasks)
 	}
-	if tasks := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w", Steps: []reprise.StepQuota{{Name: "a", Limit: 9}, {Name: "b", Limit: 9}}, LeaseTTL: time.Minute,
+	if tasks := must[[]*store.Task](t)(s.TaskClaim(ctx, &store.TaskClaimParams{
+		Owner: "w", Steps: []store.StepQuota{{Name: "a", Limit: 9}, {Name: "b", Limit: 9}}, LeaseTTL: time.Minute,
 	})); len(tasks) != 0 {
 		t.Errorf("claimed a cancelled step: %+v", tasks)
 	}
 
-	adv = must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+	adv = must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{
 		RunID: "p", Token: lease.Token,
-		Steps:    []reprise.StepSpec{step(3, "a")},
-		Timers:   []reprise.TimerSpec{{Position: 4, Delay: time.Second}},
-		Children: []reprise.ChildSpec{{Position: 5, ID: "c", Workflow: "child"}},
-		Finish:   &reprise.RunFinish{Status: reprise.RunCompleted},
+		Steps:    []store.StepSpec{step(3, "a")},
+		Timers:   []store.TimerSpec{{Position: 4, Delay: time.Second}},
+		Children: []store.ChildSpec{{Position: 5, ID: "c", Workflow: "child"}},
+		Finish:   &store.RunFinish{Status: store.RunCompleted},
 	}))
 	if got := types(adv.Events); got != "StepScheduled TimerScheduled ChildStarted RunCompleted" {
 		t.Errorf("finishing advance: %s", got)
 	}
-	child := must[*reprise.Run](t)(s.RunGet(ctx, "c"))
-	if child.Status != reprise.RunCancelled || child.ParentID != "p" {
+	child := must[*store.Run](t)(s.RunGet(ctx, "c"))
+	if child.Status != store.RunCancelled || child.ParentID != "p" {
 		t.Errorf("child started as its parent finished = %+v", child)
 	}
-	if got := types(must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "c"}))); got != "RunStarted RunCancelled" {
+	if got := types(must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: "c"}))); got != "RunStarted RunCancelled" {
 		t.Errorf("history of the child = %s", got)
 	}
-	wake := must[reprise.Wake](t)(s.NextWake(ctx, &reprise.NextWakeParams{}))
+	wake := must[store.Wake](t)(s.NextWake(ctx, &store.NextWakeParams{}))
 	if !wake.Task.IsZero() || !wake.Timer.IsZero() {
 		t.Errorf("wake after the run finished = %+v", wake)
 	}
@@ -139,20 +139,20 @@ func TestNoticesOfFeatures(t *testing.T) {
 		}
 	}
 
-	parent, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "p", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute})
+	parent, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "p", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "p", Token: parent.Token,
-		Children: []reprise.ChildSpec{{Position: 1, ID: "c", Workflow: "child"}}}))
+	must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "p", Token: parent.Token,
+		Children: []store.ChildSpec{{Position: 1, ID: "c", Workflow: "child"}}}))
 	expect("starting a child", postgres.Notice{Kind: postgres.NoticeRunReady, RunID: "c", Workflow: "child"})
 
-	child := must[[]reprise.RunLease](t)(s.RunClaim(ctx, &reprise.RunClaimParams{Owner: "e2", Limit: 1, LeaseTTL: time.Minute}))
+	child := must[[]store.RunLease](t)(s.RunClaim(ctx, &store.RunClaimParams{Owner: "e2", Limit: 1, LeaseTTL: time.Minute}))
 	if len(child) != 1 || child[0].Run.ID != "c" || child[0].Run.ParentID != "p" {
 		t.Fatalf("claimed %+v", child)
 	}
-	adv := must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "c", Token: child[0].Token,
-		Finish: &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`"done"`)}}))
+	adv := must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "c", Token: child[0].Token,
+		Finish: &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`"done"`)}}))
 	if adv.Parent == nil || adv.Parent.RunID != "p" || adv.Parent.Owner != "e1" || types(adv.Parent.Events) != "ChildCompleted" {
 		t.Fatalf("parent outcome = %+v", adv.Parent)
 	}
@@ -160,7 +160,7 @@ func TestNoticesOfFeatures(t *testing.T) {
 	// owner hears of ChildCompleted.
 	expect("the child's end", postgres.Notice{Kind: postgres.NoticeOutcome, RunID: "p", Owner: "e1", Seq: 3})
 
-	must[*reprise.Outcome](t)(s.SignalSend(ctx, &reprise.SignalSendParams{RunID: "p", Name: "go"}))
+	must[*store.Outcome](t)(s.SignalSend(ctx, &store.SignalSendParams{RunID: "p", Name: "go"}))
 	expect("a signal", postgres.Notice{Kind: postgres.NoticeOutcome, RunID: "p", Owner: "e1", Seq: 4})
 }
 
@@ -175,7 +175,7 @@ func TestParentAndChildEndTogether(t *testing.T) {
 	s := openStore(t, nil)
 	ctx := t.Context()
 	const pairs = 20
-	type pair struct{ parent, child reprise.RunLease }
+	type pair struct{ parent, child store.RunLease }
 	ps := make([]pair, pairs)
 	for i := range ps {
 		// Ids in both orders, so that RunRenew's id order crosses the
@@ -184,16 +184,16 @@ func TestParentAndChildEndTogether(t *testing.T) {
 		if i%2 == 1 {
 			pid, cid = cid, pid
 		}
-		parent, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: pid, Workflow: "wf", Owner: "e", LeaseTTL: time.Minute})
+		parent, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: pid, Workflow: "wf", Owner: "e", LeaseTTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: pid, Token: parent.Token,
-			Children: []reprise.ChildSpec{{Position: 1, ID: cid, Workflow: "child"}}}))
+		must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: pid, Token: parent.Token,
+			Children: []store.ChildSpec{{Position: 1, ID: cid, Workflow: "child"}}}))
 		ps[i].parent = parent
 	}
 	for claimed := 0; claimed < pairs; {
-		leases := must[[]reprise.RunLease](t)(s.RunClaim(ctx, &reprise.RunClaimParams{Owner: "e", Workflows: []string{"child"}, Limit: pairs, LeaseTTL: time.Minute}))
+		leases := must[[]store.RunLease](t)(s.RunClaim(ctx, &store.RunClaimParams{Owner: "e", Workflows: []string{"child"}, Limit: pairs, LeaseTTL: time.Minute}))
 		for _, l := range leases {
 			for i := range ps {
 				if l.Run.ParentID == ps[i].parent.Run.ID {
@@ -214,7 +214,7 @@ func TestParentAndChildEndTogether(t *testing.T) {
 				return
 			default:
 			}
-			if err := s.RunRenew(ctx, &reprise.RunRenewParams{Owner: "e", LeaseTTL: time.Minute}); err != nil {
+			if err := s.RunRenew(ctx, &store.RunRenewParams{Owner: "e", LeaseTTL: time.Minute}); err != nil {
 				errs <- err
 			}
 		}
@@ -222,19 +222,19 @@ func TestParentAndChildEndTogether(t *testing.T) {
 	var ends sync.WaitGroup
 	for i, p := range ps {
 		ends.Go(func() {
-			_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: p.child.Run.ID, Token: p.child.Token,
-				Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
-			if err != nil && !errors.Is(err, reprise.ErrRunFinished) {
+			_, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: p.child.Run.ID, Token: p.child.Token,
+				Finish: &store.RunFinish{Status: store.RunCompleted}})
+			if err != nil && !errors.Is(err, store.ErrRunFinished) {
 				errs <- err
 			}
 		})
 		ends.Go(func() {
 			var err error
 			if i%3 == 0 {
-				_, err = s.RunCancel(ctx, &reprise.RunCancelParams{ID: p.parent.Run.ID})
+				_, err = s.RunCancel(ctx, &store.RunCancelParams{ID: p.parent.Run.ID})
 			} else {
-				_, err = s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: p.parent.Run.ID, Token: p.parent.Token,
-					Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+				_, err = s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: p.parent.Run.ID, Token: p.parent.Token,
+					Finish: &store.RunFinish{Status: store.RunCompleted}})
 			}
 			if err != nil {
 				errs <- err
@@ -250,14 +250,14 @@ func TestParentAndChildEndTogether(t *testing.T) {
 	}
 
 	for _, p := range ps {
-		child := must[*reprise.Run](t)(s.RunGet(ctx, p.child.Run.ID))
-		history := types(must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: p.parent.Run.ID})))
+		child := must[*store.Run](t)(s.RunGet(ctx, p.child.Run.ID))
+		history := types(must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: p.parent.Run.ID})))
 		switch child.Status {
-		case reprise.RunCompleted:
+		case store.RunCompleted:
 			if history != "RunStarted ChildStarted ChildCompleted RunCompleted" && history != "RunStarted ChildStarted ChildCompleted RunCancelled" {
 				t.Errorf("child %s completed; parent's history: %s", child.ID, history)
 			}
-		case reprise.RunCancelled:
+		case store.RunCancelled:
 			if history != "RunStarted ChildStarted RunCompleted" && history != "RunStarted ChildStarted RunCancelled" {
 				t.Errorf("child %s cancelled; parent's history: %s", child.ID, history)
 			}
@@ -273,7 +273,7 @@ func TestRunCreateChildIsCancelledWithItsParent(t *testing.T) {
 	t.Parallel()
 	s := openStore(t, newFakeClock().Now)
 	ctx := t.Context()
-	for _, p := range []*reprise.RunCreateParams{
+	for _, p := range []*store.RunCreateParams{
 		{ID: "p", Workflow: "wf"},
 		{ID: "c", Workflow: "child", ParentID: "p", ParentPosition: 3, ParentExecution: 1},
 		{ID: "g", Workflow: "child", ParentID: "c", ParentPosition: 1, ParentExecution: 1},
@@ -282,11 +282,11 @@ func TestRunCreateChildIsCancelledWithItsParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must[*reprise.Run](t)(s.RunCancel(ctx, &reprise.RunCancelParams{ID: "p", Reason: "test"}))
+	must[*store.Run](t)(s.RunCancel(ctx, &store.RunCancelParams{ID: "p", Reason: "test"}))
 	for _, id := range []string{"c", "g"} {
-		run := must[*reprise.Run](t)(s.RunGet(ctx, id))
-		history := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: id}))
-		if run.Status != reprise.RunCancelled || types(history) != "RunStarted RunCancelled" || history[1].Reason != "parent cancelled" {
+		run := must[*store.Run](t)(s.RunGet(ctx, id))
+		history := must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: id}))
+		if run.Status != store.RunCancelled || types(history) != "RunStarted RunCancelled" || history[1].Reason != "parent cancelled" {
 			t.Errorf("%s after its parent's cancel: %+v, history %s", id, run, types(history))
 		}
 	}

@@ -3,13 +3,13 @@ package postgres
 import (
 	"context"
 	"math"
+	"reprise/store"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
@@ -19,7 +19,7 @@ import (
 // arrive together (reads.go): each run's row says whether it exists, and
 // its last_seq whether there is anything to read (an engine polls waiting
 // runs, and most polls find nothing new).
-func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
+func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]store.Event, error) {
 	return s.readHistory(ctx, p)
 }
 
@@ -30,10 +30,10 @@ func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) (
 // at a time, since what is looked for is most often in the newest.
 func newestFirst(ctx context.Context, q interface {
 	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, runID string, found func(events []reprise.Event) bool) error {
+}, runID string, found func(events []store.Event) bool) error {
 	const page = 8
 	before := int64(math.MaxInt64)
-	var events []reprise.Event
+	var events []store.Event
 	for {
 		rows, err := q.Query(ctx, `
 			SELECT seq, execution, at, data FROM reprise_event
@@ -86,14 +86,14 @@ type runHead struct {
 // or a step's StepScheduled and AttemptStarted, share theirs.
 type appender struct {
 	now    time.Time
-	events []reprise.Event
+	events []store.Event
 	rows   []eventRows // events[rows[i].first:][:len(rows[i].bodies)]
 	heads  []*runHead
 
 	// Room for the common write, two events of one run in one row (a
 	// retry, a step leased as scheduled, a step's result with the run's
 	// end), so that it allocates no more.
-	events0 [2]reprise.Event
+	events0 [2]store.Event
 	rows0   [1]eventRows
 	bodies0 [2][]byte
 	heads0  [1]*runHead
@@ -117,7 +117,7 @@ func newAppender(now time.Time) *appender {
 // store's time (never before the run's previous event, so a history reads
 // in time order even when transactions that started earlier commit later)
 // and fills in the execution.
-func (a *appender) add(h *runHead, e reprise.Event) error {
+func (a *appender) add(h *runHead, e store.Event) error {
 	if len(a.heads) == 0 || a.heads[len(a.heads)-1] != h {
 		a.heads = append(a.heads, h)
 	}
@@ -312,8 +312,8 @@ const insertEvents = `
 		AS e(run_id, seq, type, execution, at, data)`
 
 // eventsOf returns the events a added for h.
-func (a *appender) eventsOf(h *runHead) []reprise.Event {
-	var es []reprise.Event
+func (a *appender) eventsOf(h *runHead) []store.Event {
+	var es []store.Event
 	for _, r := range a.rows {
 		if r.head == h {
 			es = append(es, a.events[r.first:r.first+len(r.bodies)]...)

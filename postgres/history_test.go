@@ -3,12 +3,12 @@ package postgres_test
 import (
 	"encoding/json"
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -22,21 +22,21 @@ func TestEventsOfAWriteShareARow(t *testing.T) {
 	s := openOn(t, dsn, &postgres.Options{Schema: schema})
 	ctx := t.Context()
 
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e", LeaseTTL: time.Hour})
+	lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e", LeaseTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	started := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r"}))
-	adv := must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+	started := must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: "r"}))
+	adv := must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{
 		RunID: "r", Token: lease.Token, LeaseOwner: "e", LeaseTTL: time.Minute,
-		Steps: []reprise.StepSpec{{Position: 1, Name: "charge", Input: json.RawMessage(`"x"`), IdempotencyKey: "k", Lease: true}},
+		Steps: []store.StepSpec{{Position: 1, Name: "charge", Input: json.RawMessage(`"x"`), IdempotencyKey: "k", Lease: true}},
 	}))
 	if len(adv.Tasks) != 1 {
 		t.Fatalf("advance = %+v", adv)
 	}
 	task := adv.Tasks[0]
-	o := must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
-		TaskID: task.ID, Token: task.Token, Error: reprise.ErrorInfo{Type: "E", Message: "no"},
+	o := must[*store.Outcome](t)(s.TaskFail(ctx, &store.TaskFailParams{
+		TaskID: task.ID, Token: task.Token, Error: store.ErrorInfo{Type: "E", Message: "no"},
 		Retry: true, LeaseNext: true, LeaseOwner: "e", LeaseTTL: time.Minute,
 	}))
 	appended := append(append(started, adv.Events...), o.Events...)
@@ -56,7 +56,7 @@ func TestEventsOfAWriteShareARow(t *testing.T) {
 		t.Errorf("rows end at seqs %v, want %v", rows, want)
 	}
 	for after := range int64(6) {
-		got := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r", AfterSeq: after}))
+		got := must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: "r", AfterSeq: after}))
 		if want := appended[after:]; !reflect.DeepEqual(got, want) {
 			t.Errorf("history after %d:\n got %+v\nwant %+v", after, got, want)
 		}

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -23,13 +23,13 @@ func TestTaskFailLeaseNext(t *testing.T) {
 	notices := listen(t, s)
 	awaitResync(t, notices)
 
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+	lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+	must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{
 		RunID: "r1", Token: lease.Token,
-		Steps: []reprise.StepSpec{{
+		Steps: []store.StepSpec{{
 			Position: 1, Name: "charge", Input: json.RawMessage(`"x"`), IdempotencyKey: "k1",
 			PolicyText: "[retry: 3]", Policy: json.RawMessage(`{"max":3}`), Timeout: 10 * time.Second,
 		}},
@@ -37,33 +37,33 @@ func TestTaskFailLeaseNext(t *testing.T) {
 	if n := next(t, notices); n.Kind != postgres.NoticeTaskReady {
 		t.Fatalf("notice = %+v, want task_ready", n)
 	}
-	claim := func() []*reprise.Task {
-		return must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-			Owner: "w1", Steps: []reprise.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
+	claim := func() []*store.Task {
+		return must[[]*store.Task](t)(s.TaskClaim(ctx, &store.TaskClaimParams{
+			Owner: "w1", Steps: []store.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
 		}))
 	}
 	first := claim()[0]
 	clock.Add(time.Second)
 
-	fail := func(p reprise.TaskFailParams) (*reprise.Outcome, error) {
-		p.Error = reprise.ErrorInfo{Type: "NetworkError", Message: "down"}
+	fail := func(p store.TaskFailParams) (*store.Outcome, error) {
+		p.Error = store.ErrorInfo{Type: "NetworkError", Message: "down"}
 		p.Rule = "[retry: 3]"
 		return s.TaskFail(ctx, &p)
 	}
 	// A LeaseNext the store cannot honour is refused, and nothing written.
-	for _, p := range []reprise.TaskFailParams{
+	for _, p := range []store.TaskFailParams{
 		{TaskID: first.ID, Token: first.Token, Retry: true, LeaseNext: true, LeaseTTL: time.Minute},
 		{TaskID: first.ID, Token: first.Token, Retry: true, LeaseNext: true, LeaseOwner: "w2"},
 	} {
-		if _, err := fail(p); err == nil || errors.Is(err, reprise.ErrLeaseLost) {
+		if _, err := fail(p); err == nil || errors.Is(err, store.ErrLeaseLost) {
 			t.Errorf("fail with %+v: %v, want a parameter error", p, err)
 		}
 	}
-	if got := must[*reprise.Task](t)(s.TaskGet(ctx, first.ID)); !reflect.DeepEqual(got, first) {
+	if got := must[*store.Task](t)(s.TaskGet(ctx, first.ID)); !reflect.DeepEqual(got, first) {
 		t.Fatalf("task after refused fails = %+v, want %+v", got, first)
 	}
 
-	o := must[*reprise.Outcome](t)(fail(reprise.TaskFailParams{
+	o := must[*store.Outcome](t)(fail(store.TaskFailParams{
 		TaskID: first.ID, Token: first.Token, Retry: true, LeaseNext: true, LeaseOwner: "w2", LeaseTTL: time.Hour,
 	}))
 	if types(o.Events) != "AttemptFailed AttemptStarted" || o.Next == nil {
@@ -75,12 +75,12 @@ func TestTaskFailLeaseNext(t *testing.T) {
 		!n.LeaseUntil.Equal(now.Add(10*time.Second)) || n.Lapses != 0 {
 		t.Errorf("next = %+v", n)
 	}
-	if got := must[*reprise.Task](t)(s.TaskGet(ctx, first.ID)); !reflect.DeepEqual(got, n) {
+	if got := must[*store.Task](t)(s.TaskGet(ctx, first.ID)); !reflect.DeepEqual(got, n) {
 		t.Errorf("stored task = %+v\nnext        = %+v", got, n)
 	}
 	started := o.Events[1]
-	want := reprise.Event{
-		Type: reprise.EventAttemptStarted, Seq: o.Events[0].Seq + 1, At: now, Execution: 1, Position: 1, Step: "charge",
+	want := store.Event{
+		Type: store.EventAttemptStarted, Seq: o.Events[0].Seq + 1, At: now, Execution: 1, Position: 1, Step: "charge",
 		Attempt: 2, Worker: "w2", LeaseUntil: n.LeaseUntil, IdempotencyKey: "k1",
 	}
 	if !reflect.DeepEqual(started, want) {
@@ -89,12 +89,12 @@ func TestTaskFailLeaseNext(t *testing.T) {
 	if len(claim()) != 0 {
 		t.Error("claimed a task leased at once")
 	}
-	if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: first.ID, Token: first.Token}); !errors.Is(err, reprise.ErrLeaseLost) {
+	if _, err := s.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: first.ID, Token: first.Token}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("complete with the old token: %v", err)
 	}
 
 	// With a delay, LeaseNext is ignored: the task waits out its backoff.
-	o = must[*reprise.Outcome](t)(fail(reprise.TaskFailParams{
+	o = must[*store.Outcome](t)(fail(store.TaskFailParams{
 		TaskID: n.ID, Token: n.Token, Retry: true, Delay: time.Second, LeaseNext: true, LeaseOwner: "w2", LeaseTTL: time.Hour,
 	}))
 	if types(o.Events) != "AttemptFailed" || o.Next != nil {
@@ -106,7 +106,7 @@ func TestTaskFailLeaseNext(t *testing.T) {
 	clock.Add(time.Second)
 	third := claim()[0]
 	// Without a retry too: the step fails.
-	o = must[*reprise.Outcome](t)(fail(reprise.TaskFailParams{
+	o = must[*store.Outcome](t)(fail(store.TaskFailParams{
 		TaskID: third.ID, Token: third.Token, Reason: "out of retries", LeaseNext: true, LeaseOwner: "w2", LeaseTTL: time.Hour,
 	}))
 	if types(o.Events) != "AttemptFailed StepFailed" || o.Next != nil {
@@ -117,7 +117,7 @@ func TestTaskFailLeaseNext(t *testing.T) {
 	if got := next(t, notices); got.Kind != postgres.NoticeOutcome {
 		t.Fatalf("notice = %+v, want the outcome", got)
 	}
-	history := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r1"}))
+	history := must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: "r1"}))
 	if got, want := types(history), "RunStarted StepScheduled AttemptStarted AttemptFailed AttemptStarted AttemptFailed AttemptStarted AttemptFailed StepFailed"; got != want {
 		t.Errorf("history = %s\nwant      %s", got, want)
 	}
@@ -131,9 +131,9 @@ func TestTaskFailLeaseNextAfterLapse(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, clock.Now)
 	ctx := t.Context()
-	task := claimedTask(t, s, reprise.StepSpec{Position: 1, Name: "s", IdempotencyKey: "k"})
+	task := claimedTask(t, s, store.StepSpec{Position: 1, Name: "s", IdempotencyKey: "k"})
 	clock.Add(2 * time.Minute)
-	o := must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
+	o := must[*store.Outcome](t)(s.TaskFail(ctx, &store.TaskFailParams{
 		TaskID: task.ID, Token: task.Token, Retry: true, Expired: true,
 		LeaseNext: true, LeaseOwner: "w2", LeaseTTL: 30 * time.Second,
 	}))
@@ -141,7 +141,7 @@ func TestTaskFailLeaseNextAfterLapse(t *testing.T) {
 	if n == nil || n.Lapses != 1 || n.Attempt != 2 || !n.LeaseUntil.Equal(clock.Now().Add(30*time.Second)) {
 		t.Fatalf("next = %+v", n)
 	}
-	if got := must[*reprise.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
+	if got := must[*store.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
 		t.Errorf("stored task = %+v\nnext        = %+v", got, n)
 	}
 }
@@ -155,7 +155,7 @@ func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, clock.Now)
 	ctx := t.Context()
-	task := claimedTask(t, s, reprise.StepSpec{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)})
+	task := claimedTask(t, s, store.StepSpec{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)})
 	for _, c := range []struct {
 		wait  time.Duration
 		owner string
@@ -166,8 +166,8 @@ func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
 		{time.Second, "w2", false},      // another owner's
 	} {
 		clock.Add(c.wait)
-		o := must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
-			TaskID: task.ID, Token: task.Token, Error: reprise.ErrorInfo{Type: "E"}, Retry: true,
+		o := must[*store.Outcome](t)(s.TaskFail(ctx, &store.TaskFailParams{
+			TaskID: task.ID, Token: task.Token, Error: store.ErrorInfo{Type: "E"}, Retry: true,
 			LeaseNext: true, LeaseOwner: c.owner, LeaseTTL: time.Minute,
 		}))
 		want := clock.Now().Add(time.Minute)
@@ -179,7 +179,7 @@ func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
 			t.Errorf("after %v, owner %s: lease until %v (event %v), started %v; want until %v", c.wait, c.owner,
 				n.LeaseUntil, o.Events[1].LeaseUntil, n.StartedAt, want)
 		}
-		if got := must[*reprise.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
+		if got := must[*store.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
 			t.Errorf("stored task = %+v\nnext        = %+v", got, n)
 		}
 		task = n
@@ -188,16 +188,16 @@ func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
 
 // claimedTask schedules step in a new run r1 and returns its task, claimed
 // by w1 for a minute.
-func claimedTask(t *testing.T, s *postgres.Store, step reprise.StepSpec) *reprise.Task {
+func claimedTask(t *testing.T, s *postgres.Store, step store.StepSpec) *store.Task {
 	t.Helper()
 	ctx := t.Context()
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
+	lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e1", LeaseTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
-	must[*reprise.Advanced](t)(s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r1", Token: lease.Token, Steps: []reprise.StepSpec{step}}))
-	return must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w1", Steps: []reprise.StepQuota{{Name: step.Name, Limit: 1}}, LeaseTTL: time.Minute,
+	must[*store.Advanced](t)(s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "r1", Token: lease.Token, Steps: []store.StepSpec{step}}))
+	return must[[]*store.Task](t)(s.TaskClaim(ctx, &store.TaskClaimParams{
+		Owner: "w1", Steps: []store.StepQuota{{Name: step.Name, Limit: 1}}, LeaseTTL: time.Minute,
 	}))[0]
 }
 
@@ -210,12 +210,12 @@ func TestRetryInPlaceLeavesTheTaskRow(t *testing.T) {
 	clock := newFakeClock()
 	s := openStore(t, clock.Now)
 	ctx := t.Context()
-	task := claimedTask(t, s, reprise.StepSpec{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)})
+	task := claimedTask(t, s, store.StepSpec{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)})
 	version := func() string { return must[string](t)(postgres.TaskRowVersion(ctx, s, task.ID)) }
-	retry := func(task *reprise.Task, owner string) *reprise.Task {
+	retry := func(task *store.Task, owner string) *store.Task {
 		clock.Add(time.Second)
-		return must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
-			TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Error: reprise.ErrorInfo{Type: "E"}, Retry: true,
+		return must[*store.Outcome](t)(s.TaskFail(ctx, &store.TaskFailParams{
+			TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Error: store.ErrorInfo{Type: "E"}, Retry: true,
 			LeaseNext: true, LeaseOwner: owner, LeaseTTL: time.Minute,
 		})).Next
 	}
@@ -231,7 +231,7 @@ func TestRetryInPlaceLeavesTheTaskRow(t *testing.T) {
 		t.Fatalf("retry leased to another owner: next %+v, row version %s then %s; want attempt 3, a new token and row",
 			n, before, version())
 	}
-	if got := must[*reprise.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
+	if got := must[*store.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
 		t.Errorf("stored task = %+v\nnext        = %+v", got, n)
 	}
 }

@@ -7,14 +7,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
+	"reprise/store"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"reprise"
 )
 
 //go:embed migrations/*.sql
@@ -163,5 +162,5 @@ func schemaVersion(ctx context.Context, q interface {
 }
 
 func tooNew(version int) error {
-	return fmt.Errorf("version %d, this binary knows %d: %w", version, len(migrations), reprise.ErrSchemaTooNew)
+	return fmt.Errorf("version %d, this binary knows %d: %w", version, len(migrations), store.ErrSchemaTooNew)
 }

@@ -2,13 +2,13 @@ package postgres_test
 
 import (
 	"errors"
+	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -24,14 +24,14 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if _, err := postgres.Open(t.Context(), dsn, opts); !errors.Is(err, reprise.ErrSchemaTooNew) {
+	if _, err := postgres.Open(t.Context(), dsn, opts); !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Errorf("Open: got %v, want ErrSchemaTooNew", err)
 	}
-	if err := postgres.Migrate(t.Context(), dsn, opts); !errors.Is(err, reprise.ErrSchemaTooNew) {
+	if err := postgres.Migrate(t.Context(), dsn, opts); !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Errorf("Migrate: got %v, want ErrSchemaTooNew", err)
 	}
 	noMigrate := &postgres.Options{Schema: schema, NoMigrate: true}
-	if _, err := postgres.Open(t.Context(), dsn, noMigrate); !errors.Is(err, reprise.ErrSchemaTooNew) {
+	if _, err := postgres.Open(t.Context(), dsn, noMigrate); !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Errorf("Open with NoMigrate: got %v, want ErrSchemaTooNew", err)
 	}
 }
@@ -43,7 +43,7 @@ func TestOpenNoMigrateRefusesOlderSchema(t *testing.T) {
 	if err == nil {
 		t.Fatal("Open with NoMigrate on an empty schema: no error")
 	}
-	if errors.Is(err, reprise.ErrSchemaTooNew) {
+	if errors.Is(err, store.ErrSchemaTooNew) {
 		t.Errorf("Open with NoMigrate on an empty schema: %v", err)
 	}
 }
@@ -65,7 +65,7 @@ func TestMigrateConcurrently(t *testing.T) {
 		}
 	}
 	s := openOn(t, dsn, &postgres.Options{Schema: schema, NoMigrate: true})
-	if _, _, err := s.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "r", Workflow: "wf"}); err != nil {
+	if _, _, err := s.RunCreate(t.Context(), &store.RunCreateParams{ID: "r", Workflow: "wf"}); err != nil {
 		t.Fatal(err)
 	}
 	var n int

@@ -4,27 +4,26 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reprise/store"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"reprise"
 )
 
 // The notice types are the root package's; these names keep this
 // package's code short.
 type (
-	Notice     = reprise.Notice
-	NoticeKind = reprise.NoticeKind
+	Notice     = store.Notice
+	NoticeKind = store.NoticeKind
 )
 
 const (
-	NoticeTaskReady = reprise.NoticeTaskReady
-	NoticeOutcome   = reprise.NoticeOutcome
-	NoticeRunReady  = reprise.NoticeRunReady
-	NoticeResync    = reprise.NoticeResync
+	NoticeTaskReady = store.NoticeTaskReady
+	NoticeOutcome   = store.NoticeOutcome
+	NoticeRunReady  = store.NoticeRunReady
+	NoticeResync    = store.NoticeResync
 )
 
 // An outbox holds the notices of one transaction until it commits.

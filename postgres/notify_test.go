@@ -3,10 +3,10 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
+	"reprise/store"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -68,7 +68,7 @@ func TestListen(t *testing.T) {
 	awaitResync(t, notices)
 
 	// A run nobody owns waits for a claim.
-	if _, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "free", Workflow: "wf"}); err != nil {
+	if _, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "free", Workflow: "wf"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, notices); n.Kind != postgres.NoticeRunReady || n.RunID != "free" || n.Workflow != "wf" {
@@ -76,12 +76,12 @@ func TestListen(t *testing.T) {
 	}
 
 	// Scheduling steps makes tasks ready: one notice per step name.
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute})
+	lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := time.Now().Add(-time.Minute)
-	if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r", Token: lease.Token, Steps: []reprise.StepSpec{
+	if _, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "r", Token: lease.Token, Steps: []store.StepSpec{
 		{Position: 1, Name: "a", IdempotencyKey: "k1"},
 		{Position: 2, Name: "a", IdempotencyKey: "k2"},
 	}}); err != nil {
@@ -91,8 +91,8 @@ func TestListen(t *testing.T) {
 		t.Errorf("after scheduling: %+v", n)
 	}
 
-	claim := func() []*reprise.Task {
-		tasks, err := s.TaskClaim(ctx, &reprise.TaskClaimParams{Owner: "w", Steps: []reprise.StepQuota{{Name: "a", Limit: 2}}, LeaseTTL: time.Minute})
+	claim := func() []*store.Task {
+		tasks, err := s.TaskClaim(ctx, &store.TaskClaimParams{Owner: "w", Steps: []store.StepQuota{{Name: "a", Limit: 2}}, LeaseTTL: time.Minute})
 		if err != nil || len(tasks) != 2 {
 			t.Fatalf("claim: %v, %d tasks", err, len(tasks))
 		}
@@ -101,8 +101,8 @@ func TestListen(t *testing.T) {
 	tasks := claim()
 
 	// A retry makes the task ready at its retry time.
-	if _, err := s.TaskFail(ctx, &reprise.TaskFailParams{TaskID: tasks[0].ID, Token: tasks[0].Token,
-		Error: reprise.ErrorInfo{Type: "E"}, Retry: true, Delay: time.Hour}); err != nil {
+	if _, err := s.TaskFail(ctx, &store.TaskFailParams{TaskID: tasks[0].ID, Token: tasks[0].Token,
+		Error: store.ErrorInfo{Type: "E"}, Retry: true, Delay: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, notices); n.Kind != postgres.NoticeTaskReady || n.Step != "a" || n.At.Before(time.Now().Add(50*time.Minute)) {
@@ -111,7 +111,7 @@ func TestListen(t *testing.T) {
 
 	// A result is an outcome for the run's owner.
 	// It says the seq of the event it appended.
-	o, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks[1].ID, Token: tasks[1].Token, Output: json.RawMessage(`1`)})
+	o, err := s.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: tasks[1].ID, Token: tasks[1].Token, Output: json.RawMessage(`1`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestListen(t *testing.T) {
 		t.Fatalf("terminate the listener: %v, %d killed", err, killed)
 	}
 	awaitResync(t, notices)
-	if _, err := s.RunCancel(ctx, &reprise.RunCancelParams{ID: "r", Reason: "test"}); err != nil {
+	if _, err := s.RunCancel(ctx, &store.RunCancelParams{ID: "r", Reason: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, notices); n.Kind != postgres.NoticeOutcome || n.RunID != "r" || n.Owner != "e1" {
@@ -144,10 +144,10 @@ func TestListenSchemas(t *testing.T) {
 	other := openStore(t, nil)
 	notices := listen(t, listener)
 	awaitResync(t, notices)
-	if _, _, err := other.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "other", Workflow: "wf"}); err != nil {
+	if _, _, err := other.RunCreate(t.Context(), &store.RunCreateParams{ID: "other", Workflow: "wf"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := listener.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "mine", Workflow: "wf"}); err != nil {
+	if _, _, err := listener.RunCreate(t.Context(), &store.RunCreateParams{ID: "mine", Workflow: "wf"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, notices); n.RunID != "mine" {
@@ -166,7 +166,7 @@ func TestConnectionLoss(t *testing.T) {
 	ctx := t.Context()
 	notices := listen(t, s)
 	awaitResync(t, notices)
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e", LeaseTTL: time.Minute})
+	lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e", LeaseTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,8 +179,8 @@ func TestConnectionLoss(t *testing.T) {
 	awaitResync(t, notices)
 
 	advance := func() error {
-		_, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r", Token: lease.Token,
-			Steps: []reprise.StepSpec{{Position: 1, Name: "a", IdempotencyKey: "k"}}})
+		_, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "r", Token: lease.Token,
+			Steps: []store.StepSpec{{Position: 1, Name: "a", IdempotencyKey: "k"}}})
 		return err
 	}
 	failures := 0
@@ -194,7 +194,7 @@ func TestConnectionLoss(t *testing.T) {
 	if n := next(t, notices); n.Kind != postgres.NoticeTaskReady || n.Step != "a" {
 		t.Errorf("after reconnecting: %+v", n)
 	}
-	history, err := s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r"})
+	history, err := s.HistoryList(ctx, &store.HistoryListParams{RunID: "r"})
 	if err != nil || types(history) != "RunStarted StepScheduled" {
 		t.Fatalf("history after reconnecting: %v %s", err, types(history))
 	}
@@ -210,16 +210,16 @@ func TestListenRelease(t *testing.T) {
 	s := openOn(t, dsn, &postgres.Options{Schema: schema})
 	notices := listen(t, listener)
 	awaitResync(t, notices)
-	if _, _, err := s.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute}); err != nil {
+	if _, _, err := s.RunCreate(t.Context(), &store.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RunRenew(t.Context(), &reprise.RunRenewParams{Owner: "e1"}); err != nil {
+	if err := s.RunRenew(t.Context(), &store.RunRenewParams{Owner: "e1"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, notices); n.Kind != postgres.NoticeRunReady || n.RunID != "" {
 		t.Errorf("after a release: %+v", n)
 	}
-	leases, err := listener.RunClaim(t.Context(), &reprise.RunClaimParams{Owner: "e2", Limit: 10, LeaseTTL: time.Minute})
+	leases, err := listener.RunClaim(t.Context(), &store.RunClaimParams{Owner: "e2", Limit: 10, LeaseTTL: time.Minute})
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("claim the released run: %v, %d leases", err, len(leases))
 	}

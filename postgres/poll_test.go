@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"reprise/store"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,16 +26,16 @@ func countReads(s *postgres.Store) *readCounting {
 	return &readCounting{Store: s, listening: make(chan struct{})}
 }
 
-func (s *readCounting) Listen(ctx context.Context, fn func(reprise.Notice)) error {
-	return s.Store.Listen(ctx, func(n reprise.Notice) {
+func (s *readCounting) Listen(ctx context.Context, fn func(store.Notice)) error {
+	return s.Store.Listen(ctx, func(n store.Notice) {
 		fn(n)
-		if n.Kind == reprise.NoticeResync { // it listens, and fn has done with the resync
+		if n.Kind == store.NoticeResync { // it listens, and fn has done with the resync
 			s.once.Do(func() { close(s.listening) })
 		}
 	})
 }
 
-func (s *readCounting) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
+func (s *readCounting) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]store.Event, error) {
 	s.reads.Add(1)
 	return s.Store.HistoryList(ctx, p)
 }
@@ -91,14 +92,14 @@ func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 	st := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
 	ctx := t.Context()
 	for _, id := range []string{"fresh", "signalled"} {
-		if _, _, err := st.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "probe"}); err != nil {
+		if _, _, err := st.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "probe"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := st.SignalSend(ctx, &reprise.SignalSendParams{RunID: "signalled", Name: "early"}); err != nil {
+	if _, err := st.SignalSend(ctx, &store.SignalSendParams{RunID: "signalled", Name: "early"}); err != nil {
 		t.Fatal(err)
 	}
-	leases, err := st.RunClaim(ctx, &reprise.RunClaimParams{Owner: "probe", Limit: 5, LeaseTTL: time.Millisecond})
+	leases, err := st.RunClaim(ctx, &store.RunClaimParams{Owner: "probe", Limit: 5, LeaseTTL: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,12 +118,12 @@ func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 	// history: let it connect before there are any.
 	<-st.listening
 	for _, id := range []string{"c1", "c2", "c3"} {
-		if _, _, err := st.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "counted", Input: []byte("0")}); err != nil {
+		if _, _, err := st.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "counted", Input: []byte("0")}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for _, id := range []string{"c1", "c2", "c3"} {
-		if run, err := e.Wait(ctx, id); err != nil || run.Status != reprise.RunCompleted {
+		if run, err := e.Wait(ctx, id); err != nil || run.Status != store.RunCompleted {
 			t.Fatalf("run %s: %+v, %v", id, run, err)
 		}
 	}

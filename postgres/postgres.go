@@ -16,17 +16,16 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"reprise/store"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"reprise"
 )
 
-var _ reprise.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // Options configures a Store. The zero value works.
 type Options struct {
@@ -225,7 +224,7 @@ func nullJSON(b json.RawMessage) any {
 }
 
 // encodeError returns e for the error column: NULL when nil.
-func encodeError(e *reprise.ErrorInfo) (any, error) {
+func encodeError(e *store.ErrorInfo) (any, error) {
 	if e == nil {
 		return nil, nil
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reprise/store"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,7 +15,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"reprise"
 	"reprise/postgres"
 	"reprise/storetest"
 )
@@ -115,7 +115,7 @@ func (c *fakeClock) Add(d time.Duration) {
 }
 
 // types returns the types of events, for comparing histories.
-func types(events []reprise.Event) string {
+func types(events []store.Event) string {
 	var b strings.Builder
 	for i, e := range events {
 		if i > 0 {
@@ -144,7 +144,7 @@ func TestLifecycle(t *testing.T) {
 	s := openStore(t, clock.Now)
 	ctx := t.Context()
 
-	lease, created, err := s.RunCreate(ctx, &reprise.RunCreateParams{
+	lease, created, err := s.RunCreate(ctx, &store.RunCreateParams{
 		ID: "r1", Workflow: "wf", Input: json.RawMessage(`{"n": 1}`), Owner: "e1", LeaseTTL: time.Minute,
 	})
 	if err != nil || !created || lease.Token == 0 {
@@ -153,19 +153,19 @@ func TestLifecycle(t *testing.T) {
 	if got := string(lease.Run.Input); got != `{"n": 1}` {
 		t.Errorf("input = %s", got)
 	}
-	again, created, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e2"})
+	again, created, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "r1", Workflow: "wf", Owner: "e2"})
 	if err != nil || created || again.Token != 0 || again.Run.ID != "r1" {
 		t.Fatalf("create again: %v %v %+v", err, created, again)
 	}
 
 	clock.Add(time.Second)
-	adv, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+	adv, err := s.RunAdvance(ctx, &store.RunAdvanceParams{
 		RunID: "r1", Token: lease.Token,
-		Steps: []reprise.StepSpec{{
+		Steps: []store.StepSpec{{
 			Position: 1, Name: "charge", Input: json.RawMessage(`"x"`), IdempotencyKey: "k1",
 			PolicyText: "[retry: 3]", Policy: json.RawMessage(`{}`), Timeout: 10 * time.Second,
 		}},
-		Timers: []reprise.TimerSpec{{Position: 2, Delay: time.Hour}},
+		Timers: []store.TimerSpec{{Position: 2, Delay: time.Hour}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -177,12 +177,12 @@ func TestLifecycle(t *testing.T) {
 	if !events[1].FireAt.Equal(clock.Now().Add(time.Hour)) {
 		t.Errorf("fire at = %v", events[1].FireAt)
 	}
-	if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "r1", Token: lease.Token + 1}); !errors.Is(err, reprise.ErrLeaseLost) {
+	if _, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "r1", Token: lease.Token + 1}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("advance with a stale token: %v", err)
 	}
 
-	tasks := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w1", Steps: []reprise.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
+	tasks := must[[]*store.Task](t)(s.TaskClaim(ctx, &store.TaskClaimParams{
+		Owner: "w1", Steps: []store.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
 	}))
 	if len(tasks) != 1 || tasks[0].Attempt != 1 || !tasks[0].LeaseUntil.Equal(clock.Now().Add(10*time.Second)) {
 		t.Fatalf("claim = %+v", tasks)
@@ -192,37 +192,37 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("task = %+v", task)
 	}
 	clock.Add(time.Second)
-	until := must[time.Time](t)(s.TaskHeartbeat(ctx, &reprise.TaskHeartbeatParams{TaskID: task.ID, Token: task.Token, LeaseTTL: time.Minute}))
+	until := must[time.Time](t)(s.TaskHeartbeat(ctx, &store.TaskHeartbeatParams{TaskID: task.ID, Token: task.Token, LeaseTTL: time.Minute}))
 	if !until.Equal(task.StartedAt.Add(10 * time.Second)) {
 		t.Errorf("heartbeat until %v, want the timeout's end", until)
 	}
-	o := must[*reprise.Outcome](t)(s.TaskFail(ctx, &reprise.TaskFailParams{
-		TaskID: task.ID, Token: task.Token, Error: reprise.ErrorInfo{Type: "NetworkError", Message: "down"},
+	o := must[*store.Outcome](t)(s.TaskFail(ctx, &store.TaskFailParams{
+		TaskID: task.ID, Token: task.Token, Error: store.ErrorInfo{Type: "NetworkError", Message: "down"},
 		Retry: true, Delay: 5 * time.Second, Rule: "[retry: 3]",
 	}))
 	if o.Owner != "e1" || types(o.Events) != "AttemptFailed" || !o.Events[0].RetryAt.Equal(clock.Now().Add(5*time.Second)) {
 		t.Fatalf("fail outcome = %+v", o)
 	}
-	if tasks := must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w1", Steps: []reprise.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
+	if tasks := must[[]*store.Task](t)(s.TaskClaim(ctx, &store.TaskClaimParams{
+		Owner: "w1", Steps: []store.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
 	})); len(tasks) != 0 {
 		t.Fatalf("claimed a task in its backoff: %+v", tasks)
 	}
-	wake := must[reprise.Wake](t)(s.NextWake(ctx, &reprise.NextWakeParams{Steps: []string{"charge"}}))
+	wake := must[store.Wake](t)(s.NextWake(ctx, &store.NextWakeParams{Steps: []string{"charge"}}))
 	if !wake.Task.Equal(clock.Now().Add(5*time.Second)) || !wake.Timer.Equal(events[1].FireAt) || !wake.Lease.IsZero() {
 		t.Errorf("wake = %+v", wake)
 	}
 	clock.Add(5 * time.Second)
-	tasks = must[[]*reprise.Task](t)(s.TaskClaim(ctx, &reprise.TaskClaimParams{
-		Owner: "w2", Steps: []reprise.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
+	tasks = must[[]*store.Task](t)(s.TaskClaim(ctx, &store.TaskClaimParams{
+		Owner: "w2", Steps: []store.StepQuota{{Name: "charge", Limit: 5}}, LeaseTTL: time.Minute,
 	}))
 	if len(tasks) != 1 || tasks[0].Attempt != 2 || tasks[0].Token == task.Token || !tasks[0].FirstStartedAt.Equal(task.StartedAt) {
 		t.Fatalf("second claim = %+v", tasks)
 	}
-	if _, err := s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token}); !errors.Is(err, reprise.ErrLeaseLost) {
+	if _, err := s.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token}); !errors.Is(err, store.ErrLeaseLost) {
 		t.Errorf("complete with the first attempt's token: %v", err)
 	}
-	o = must[*reprise.Outcome](t)(s.TaskComplete(ctx, &reprise.TaskCompleteParams{
+	o = must[*store.Outcome](t)(s.TaskComplete(ctx, &store.TaskCompleteParams{
 		TaskID: tasks[0].ID, Token: tasks[0].Token, Output: json.RawMessage(`{"ok":true}`),
 	}))
 	if types(o.Events) != "StepCompleted" || o.Events[0].Attempt != 2 || string(o.Events[0].Output) != `{"ok":true}` {
@@ -230,21 +230,21 @@ func TestLifecycle(t *testing.T) {
 	}
 
 	clock.Add(time.Hour)
-	outcomes := must[[]*reprise.Outcome](t)(s.TimerFire(ctx, &reprise.TimerFireParams{}))
+	outcomes := must[[]*store.Outcome](t)(s.TimerFire(ctx, &store.TimerFireParams{}))
 	if len(outcomes) != 1 || types(outcomes[0].Events) != "TimerFired" || outcomes[0].Events[0].Position != 2 {
 		t.Fatalf("timer outcomes = %+v", outcomes)
 	}
-	if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+	if _, err := s.RunAdvance(ctx, &store.RunAdvanceParams{
 		RunID: "r1", Token: lease.Token,
-		Finish: &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`7`)},
+		Finish: &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`7`)},
 	}); err != nil {
 		t.Fatal(err)
 	}
-	run := must[*reprise.Run](t)(s.RunGet(ctx, "r1"))
-	if run.Status != reprise.RunCompleted || string(run.Output) != "7" || !run.UpdatedAt.Equal(clock.Now()) {
+	run := must[*store.Run](t)(s.RunGet(ctx, "r1"))
+	if run.Status != store.RunCompleted || string(run.Output) != "7" || !run.UpdatedAt.Equal(clock.Now()) {
 		t.Errorf("run = %+v", run)
 	}
-	history := must[[]reprise.Event](t)(s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "r1"}))
+	history := must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: "r1"}))
 	want := "RunStarted StepScheduled TimerScheduled AttemptStarted AttemptFailed AttemptStarted StepCompleted TimerFired RunCompleted"
 	if got := types(history); got != want {
 		t.Errorf("history = %s\nwant      %s", got, want)
@@ -254,10 +254,10 @@ func TestLifecycle(t *testing.T) {
 			t.Errorf("event %d: seq %d execution %d", i, e.Seq, e.Execution)
 		}
 	}
-	if _, err := s.RunCancel(ctx, &reprise.RunCancelParams{ID: "r1"}); !errors.Is(err, reprise.ErrRunFinished) {
+	if _, err := s.RunCancel(ctx, &store.RunCancelParams{ID: "r1"}); !errors.Is(err, store.ErrRunFinished) {
 		t.Errorf("cancel a finished run: %v", err)
 	}
-	if _, err := s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "nope"}); !errors.Is(err, reprise.ErrNotFound) {
+	if _, err := s.HistoryList(ctx, &store.HistoryListParams{RunID: "nope"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("history of no run: %v", err)
 	}
 }
@@ -265,7 +265,7 @@ func TestLifecycle(t *testing.T) {
 // TestStore runs the conformance suite, each test on a schema of its own.
 func TestStore(t *testing.T) {
 	testDSN(t)
-	storetest.Run(t, func(t *testing.T, now func() time.Time) reprise.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return openStore(t, now)
 	})
 }
@@ -274,7 +274,7 @@ func TestStore(t *testing.T) {
 // as two processes would have them.
 func TestEngines(t *testing.T) {
 	testDSN(t)
-	storetest.Engines(t, func(t *testing.T) (reprise.Store, reprise.Store) {
+	storetest.Engines(t, func(t *testing.T) (store.Store, store.Store) {
 		dsn, schema := testSchema(t)
 		first, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
 		if err != nil {

@@ -3,9 +3,9 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"reprise/store"
 	"time"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
@@ -29,14 +29,14 @@ type historyReads = leadQueue[*historyRead]
 
 // A historyRead is one HistoryList call.
 type historyRead struct {
-	p      *reprise.HistoryListParams
-	events []reprise.Event
+	p      *store.HistoryListParams
+	events []store.Event
 	err    error
 }
 
 // readHistory returns the events of p's run after p.AfterSeq, in order,
 // and ErrNotFound for no run.
-func (s *Store) readHistory(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
+func (s *Store) readHistory(ctx context.Context, p *store.HistoryListParams) ([]store.Event, error) {
 	r := &historyRead{p: p}
 	err := s.reads.do(ctx, r, func(reads []*historyRead) {
 		// No caller's context may cancel the others' reads; a server that
@@ -60,7 +60,7 @@ func (s *Store) histories(ctx context.Context, reads []*historyRead) {
 	after := make([]int64, len(reads))
 	for i, r := range reads {
 		ids[i], after[i] = r.p.RunID, r.p.AfterSeq
-		r.events = []reprise.Event{}
+		r.events = []store.Event{}
 	}
 	fail := func(err error) {
 		for _, r := range reads {
@@ -123,7 +123,7 @@ func (s *Store) histories(ctx context.Context, reads []*historyRead) {
 	}
 	for i, r := range reads {
 		if !found[i] && r.err == nil {
-			r.events, r.err = nil, fmt.Errorf("list history of run %q: %w", r.p.RunID, reprise.ErrNotFound)
+			r.events, r.err = nil, fmt.Errorf("list history of run %q: %w", r.p.RunID, store.ErrNotFound)
 		}
 	}
 }

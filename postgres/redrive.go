@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 
 	"github.com/jackc/pgx/v5"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
@@ -16,22 +16,22 @@ import (
 // was scheduled, with its attempt count and Base set to it, so that the
 // policy starts afresh. It appends RunRedriven; the run
 // is running again, without error, and unowned, for any engine to claim.
-func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*reprise.Run, error) {
-	var run *reprise.Run
+func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*store.Run, error) {
+	var run *store.Run
 	err := s.tx(ctx, func(tx *txn) error {
 		r, _, now, err := lockRun(ctx, tx, s.clock(), p.ID, false)
 		if err != nil {
 			return err
 		}
-		if r.status != reprise.RunFailed {
-			return reprise.ErrNotRedrivable
+		if r.status != store.RunFailed {
+			return store.ErrNotRedrivable
 		}
 		last, err := lastStepEnd(ctx, tx, r.id, r.execution)
 		if err != nil {
 			return err
 		}
-		if last.Type != reprise.EventStepFailed {
-			return reprise.ErrNotRedrivable
+		if last.Type != store.EventStepFailed {
+			return store.ErrNotRedrivable
 		}
 		// Its task must have been kept.
 		var (
@@ -42,13 +42,13 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 			SELECT position, step FROM reprise_step_failed WHERE run_id = $1 AND execution = $2 AND seq = $3`,
 			r.id, r.execution, last.Seq).Scan(&pos, &step)
 		if errors.Is(err, pgx.ErrNoRows) {
-			return reprise.ErrNotRedrivable
+			return store.ErrNotRedrivable
 		}
 		if err != nil {
 			return err
 		}
 		a := newAppender(now)
-		if err := a.add(r.runHead, reprise.Event{Type: reprise.EventRunRedriven, Position: pos, Step: step, Reason: p.By}); err != nil {
+		if err := a.add(r.runHead, store.Event{Type: store.EventRunRedriven, Position: pos, Step: step, Reason: p.By}); err != nil {
 			return err
 		}
 		b := &tx.writes
@@ -80,8 +80,8 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 
 // lastStepEnd returns the last StepCompleted or StepFailed of a run's
 // execution, or the zero Event.
-func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (last reprise.Event, err error) {
-	err = newestFirst(ctx, tx, runID, func(events []reprise.Event) bool {
+func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (last store.Event, err error) {
+	err = newestFirst(ctx, tx, runID, func(events []store.Event) bool {
 		var ok bool
 		last, ok = eventrow.LastStepEnd(events, execution)
 		return ok

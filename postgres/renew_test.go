@@ -1,10 +1,10 @@
 package postgres_test
 
 import (
+	"reprise/store"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/postgres"
 )
 
@@ -17,7 +17,7 @@ func TestRenewAroundHeldRun(t *testing.T) {
 	s := openOn(t, dsn, &postgres.Options{Schema: schema})
 	ctx := t.Context()
 	for _, id := range []string{"a", "b", "c"} {
-		if _, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute}); err != nil {
+		if _, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -49,7 +49,7 @@ func TestRenewAroundHeldRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- s.RunRenew(ctx, &reprise.RunRenewParams{Owner: "e1", LeaseTTL: time.Hour}) }()
+	go func() { done <- s.RunRenew(ctx, &store.RunRenewParams{Owner: "e1", LeaseTTL: time.Hour}) }()
 	waitFor(t, func() bool {
 		l := leases()
 		return l["a"] > 50*time.Minute && l["c"] > 50*time.Minute

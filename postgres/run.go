@@ -5,23 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"reprise"
 )
 
 // runColumns are the columns scanRun reads, in order.
 const runColumns = `id, workflow, status, input, output, error, execution, parent_id, created_at, updated_at`
 
 // scanRun reads runColumns and then extra.
-func scanRun(row pgx.Row, extra ...any) (*reprise.Run, error) {
+func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
 	var (
-		r            reprise.Run
+		r            store.Run
 		status       string
 		input, outpt []byte
 		errInfo      []byte
@@ -30,11 +29,11 @@ func scanRun(row pgx.Row, extra ...any) (*reprise.Run, error) {
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
-	r.Status = reprise.RunStatus(status)
+	r.Status = store.RunStatus(status)
 	r.Input = rawJSON(input)
 	r.Output = rawJSON(outpt)
 	if errInfo != nil {
-		r.Error = new(reprise.ErrorInfo)
+		r.Error = new(store.ErrorInfo)
 		if err := json.Unmarshal(errInfo, r.Error); err != nil {
 			return nil, fmt.Errorf("decode error of run %q: %w", r.ID, err)
 		}
@@ -55,24 +54,24 @@ func rawJSON(b []byte) json.RawMessage {
 // RunCreate creates a run and appends RunStarted; with p.Owner the run is
 // leased to it. An existing id returns that run, unchanged, with
 // created=false.
-func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (reprise.RunLease, bool, error) {
+func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.RunLease, bool, error) {
 	if p.ID == "" || p.Workflow == "" {
-		return reprise.RunLease{}, false, errors.New("create run: id and workflow are required")
+		return store.RunLease{}, false, errors.New("create run: id and workflow are required")
 	}
-	var first *reprise.RunAdvanceParams
+	var first *store.RunAdvanceParams
 	if p.First != nil {
 		if p.Owner == "" {
-			return reprise.RunLease{}, false, fmt.Errorf("create run %q: a first advance needs an owner", p.ID)
+			return store.RunLease{}, false, fmt.Errorf("create run %q: a first advance needs an owner", p.ID)
 		}
 		fp := *p.First
 		fp.RunID = p.ID
 		if err := checkAdvance(&fp); err != nil {
-			return reprise.RunLease{}, false, fmt.Errorf("create run %q: first advance: %w", p.ID, err)
+			return store.RunLease{}, false, fmt.Errorf("create run %q: first advance: %w", p.ID, err)
 		}
 		first = &fp
 	}
 	var (
-		lease   reprise.RunLease
+		lease   store.RunLease
 		created bool
 	)
 	insert := createRead(s.clock(), p)
@@ -107,7 +106,7 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 			// The id exists (inserted ahead, by another transition of the
 			// group too): return that run as it is.
 			run, err = scanRun(tx.QueryRow(ctx, `SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, p.ID))
-			lease = reprise.RunLease{Run: run}
+			lease = store.RunLease{Run: run}
 			return err
 		}
 		if err != nil {
@@ -116,7 +115,7 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		created = true
 		h := &runHead{id: run.ID, execution: run.Execution, updatedAt: run.UpdatedAt}
 		a := newAppender(run.CreatedAt)
-		if err := a.add(h, reprise.Event{Type: reprise.EventRunStarted, Workflow: p.Workflow, Input: p.Input}); err != nil {
+		if err := a.add(h, store.Event{Type: store.EventRunStarted, Workflow: p.Workflow, Input: p.Input}); err != nil {
 			return err
 		}
 		// The row already says last_seq 1, for RunStarted.
@@ -145,14 +144,14 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		return nil
 	})
 	if err != nil {
-		return reprise.RunLease{}, false, fmt.Errorf("create run %q: %w", p.ID, err)
+		return store.RunLease{}, false, fmt.Errorf("create run %q: %w", p.ID, err)
 	}
 	return lease, created, nil
 }
 
 // createRead is RunCreate's insert of the run, which a group may send
 // ahead: it returns the new run, or nothing if the id exists.
-func createRead(clock any, p *reprise.RunCreateParams) *aheadRead {
+func createRead(clock any, p *store.RunCreateParams) *aheadRead {
 	const columns = `id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at,
 		parent_id, parent_position, parent_execution`
 	return &aheadRead{
@@ -192,8 +191,8 @@ func createRead(clock any, p *reprise.RunCreateParams) *aheadRead {
 }
 
 // advanced brings a new run up to date with its first advance.
-func advanced(run *reprise.Run, f *reprise.RunFinish, events []reprise.Event) {
-	run.Status = reprise.RunRunning
+func advanced(run *store.Run, f *store.RunFinish, events []store.Event) {
+	run.Status = store.RunRunning
 	if f != nil {
 		f.Apply(run)
 	}
@@ -203,10 +202,10 @@ func advanced(run *reprise.Run, f *reprise.RunFinish, events []reprise.Event) {
 }
 
 // RunGet returns a run, or ErrNotFound.
-func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
+func (s *Store) RunGet(ctx context.Context, id string) (*store.Run, error) {
 	run, err := scanRun(s.pool.QueryRow(ctx, `SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("get run %q: %w", id, reprise.ErrNotFound)
+		return nil, fmt.Errorf("get run %q: %w", id, store.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get run %q: %w", id, err)
@@ -216,7 +215,7 @@ func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
 
 // queueRun adds to b the read of run id as the writes before it leave it,
 // into *run.
-func queueRun(b *pgx.Batch, id string, run **reprise.Run) {
+func queueRun(b *pgx.Batch, id string, run **store.Run) {
 	b.Queue(`SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
 		var err error
 		*run, err = scanRun(row)
@@ -225,7 +224,7 @@ func queueRun(b *pgx.Batch, id string, run **reprise.Run) {
 }
 
 // RunList lists runs newest first, filtered and paged by p.
-func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error) {
+func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -256,7 +255,7 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
-	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*reprise.Run, error) { return scanRun(row) })
+	runs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Run, error) { return scanRun(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
@@ -265,7 +264,7 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 
 // RunClaim leases up to p.Limit active runs that nobody holds or whose lease
 // lapsed, oldest first. Each claim gives the run a new token.
-func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]reprise.RunLease, error) {
+func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.RunLease, error) {
 	if p.Owner == "" {
 		return nil, errors.New("claim runs: owner is required")
 	}
@@ -281,8 +280,8 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 	if err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
 	}
-	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.RunLease, error) {
-		var l reprise.RunLease
+	leases, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.RunLease, error) {
+		var l store.RunLease
 		var err error
 		l.Run, err = scanRun(row, &l.Token, &l.LastSeq)
 		return l, err
@@ -290,7 +289,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 	if err != nil {
 		return nil, fmt.Errorf("claim runs: %w", err)
 	}
-	slices.SortFunc(leases, func(a, b reprise.RunLease) int {
+	slices.SortFunc(leases, func(a, b store.RunLease) int {
 		if c := a.Run.CreatedAt.Compare(b.Run.CreatedAt); c != 0 {
 			return c
 		}
@@ -339,7 +338,7 @@ const claimRunsSQL = `
 // of the runs the owner holds, renews them in chunks that skip the rows
 // other transactions hold, each a transaction of its own, and then renews
 // the few it skipped, waiting for them.
-func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
+func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 	if p.Owner == "" {
 		return errors.New("renew run leases: owner is required")
 	}
@@ -409,7 +408,7 @@ func lockTimedOut(err error) bool {
 // holds, in a transaction of its own, and returns their ids. With skip,
 // it leaves the rows other transactions hold; without, it waits for them,
 // each time for up to renewLockTimeout.
-func (s *Store) renew(ctx context.Context, p *reprise.RunRenewParams, ids []string, skip bool) ([]string, error) {
+func (s *Store) renew(ctx context.Context, p *store.RunRenewParams, ids []string, skip bool) ([]string, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -472,7 +471,7 @@ func without(all, some []string) []string {
 type lockedRun struct {
 	*runHead
 	token           int64
-	status          reprise.RunStatus
+	status          store.RunStatus
 	workflow        string
 	parentID        string
 	parentPosition  int
@@ -494,7 +493,7 @@ func scanLocked(row pgx.Row, extra ...any) (*lockedRun, error) {
 	if err := row.Scan(append(dest, extra...)...); err != nil {
 		return nil, err
 	}
-	r.status = reprise.RunStatus(sc.status)
+	r.status = store.RunStatus(sc.status)
 	return r, nil
 }
 
@@ -539,7 +538,7 @@ func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool
 		return nil, nil, now, errStale // a row another transaction holds, skipped
 	}
 	if run == nil {
-		return nil, nil, now, reprise.ErrNotFound
+		return nil, nil, now, store.ErrNotFound
 	}
 	return run, parent, now.UTC(), nil
 }

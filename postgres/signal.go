@@ -3,29 +3,28 @@ package postgres
 import (
 	"context"
 	"fmt"
-
-	"reprise"
+	"reprise/store"
 )
 
 // SignalSend appends SignalReceived{Step: Name, Input: Payload} to an
 // active run's current execution and tells the run's owner.
-func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*reprise.Outcome, error) {
-	var o *reprise.Outcome
+func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*store.Outcome, error) {
+	var o *store.Outcome
 	err := s.tx(ctx, func(tx *txn) error {
 		r, _, now, err := lockRun(ctx, tx, s.clock(), p.RunID, false)
 		if err != nil {
 			return err
 		}
 		if r.status.Final() {
-			return reprise.ErrRunFinished
+			return store.ErrRunFinished
 		}
 		a := newAppender(now)
-		if err := a.add(r.runHead, reprise.Event{Type: reprise.EventSignalReceived, Step: p.Name, Input: p.Payload}); err != nil {
+		if err := a.add(r.runHead, store.Event{Type: store.EventSignalReceived, Step: p.Name, Input: p.Payload}); err != nil {
 			return err
 		}
 		a.queue(&tx.writes)
 		tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
-		o = &reprise.Outcome{RunID: r.id, Owner: r.owner, Events: a.events}
+		o = &store.Outcome{RunID: r.id, Owner: r.owner, Events: a.events}
 		return nil
 	})
 	if err != nil {

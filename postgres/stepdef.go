@@ -4,18 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"reprise"
 )
 
 // stepDefColumns are the columns scanStepDef reads.
 const stepDefColumns = `name, version, kind, url, policy, created_at, deleted_at`
 
-func scanStepDef(row pgx.Row) (*reprise.StepDefinition, error) {
-	var d reprise.StepDefinition
+func scanStepDef(row pgx.Row) (*store.StepDefinition, error) {
+	var d store.StepDefinition
 	var deleted *time.Time
 	if err := row.Scan(&d.Name, &d.Version, &d.Kind, &d.URL, &d.Policy, &d.CreatedAt, &deleted); err != nil {
 		return nil, err
@@ -30,7 +29,7 @@ const latestStepDefSQL = `SELECT ` + stepDefColumns + ` FROM reprise_step_def WH
 // lockStepDef serializes the writes of one step's definitions, and
 // returns the store's time and the step's greatest version, or nil for a
 // name never defined.
-func (s *Store) lockStepDef(ctx context.Context, tx *txn, name string) (time.Time, *reprise.StepDefinition, error) {
+func (s *Store) lockStepDef(ctx context.Context, tx *txn, name string) (time.Time, *store.StepDefinition, error) {
 	var now time.Time
 	err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()) FROM (SELECT pg_advisory_xact_lock($2)) l`,
 		s.clock(), advisoryKey("reprise step\x00"+s.schema+"\x00"+name)).Scan(&now)
@@ -46,8 +45,8 @@ func (s *Store) lockStepDef(ctx context.Context, tx *txn, name string) (time.Tim
 
 // StepDefine records a new version of a step, or returns the current one
 // if it is the same definition.
-func (s *Store) StepDefine(ctx context.Context, p *reprise.StepDefineParams) (*reprise.StepDefinition, bool, error) {
-	var def *reprise.StepDefinition
+func (s *Store) StepDefine(ctx context.Context, p *store.StepDefineParams) (*store.StepDefinition, bool, error) {
+	var def *store.StepDefinition
 	var created bool
 	err := s.alone(ctx, func(tx *txn) error {
 		now, latest, err := s.lockStepDef(ctx, tx, p.Name)
@@ -62,7 +61,7 @@ func (s *Store) StepDefine(ctx context.Context, p *reprise.StepDefineParams) (*r
 		tx.writes.Queue(`
 			INSERT INTO reprise_step_def (name, version, kind, url, policy, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			p.Name, version, p.Kind, p.URL, p.Policy, now)
-		def = &reprise.StepDefinition{Name: p.Name, Version: version, Kind: p.Kind, URL: p.URL, Policy: p.Policy,
+		def = &store.StepDefinition{Name: p.Name, Version: version, Kind: p.Kind, URL: p.URL, Policy: p.Policy,
 			CreatedAt: now}
 		created = true
 		return nil
@@ -74,22 +73,22 @@ func (s *Store) StepDefine(ctx context.Context, p *reprise.StepDefineParams) (*r
 }
 
 // StepDefGet returns a step's current version, or the version asked for.
-func (s *Store) StepDefGet(ctx context.Context, p *reprise.StepDefGetParams) (*reprise.StepDefinition, error) {
+func (s *Store) StepDefGet(ctx context.Context, p *store.StepDefGetParams) (*store.StepDefinition, error) {
 	var (
-		def *reprise.StepDefinition
+		def *store.StepDefinition
 		err error
 	)
 	if p.Version == 0 {
 		def, err = scanStepDef(s.pool.QueryRow(ctx, latestStepDefSQL, p.Name))
 		if err == nil && !def.DeletedAt.IsZero() {
-			err = reprise.ErrNotFound
+			err = store.ErrNotFound
 		}
 	} else {
 		def, err = scanStepDef(s.pool.QueryRow(ctx, `
 			SELECT `+stepDefColumns+` FROM reprise_step_def WHERE name = $1 AND version = $2`, p.Name, p.Version))
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = reprise.ErrNotFound
+		err = store.ErrNotFound
 	}
 	if err != nil {
 		return nil, fmt.Errorf("get step %s version %d: %w", p.Name, p.Version, err)
@@ -98,18 +97,18 @@ func (s *Store) StepDefGet(ctx context.Context, p *reprise.StepDefGetParams) (*r
 }
 
 // StepDefList returns the current version of each step not deleted.
-func (s *Store) StepDefList(ctx context.Context, _ *reprise.StepDefListParams) ([]*reprise.StepDefinition, error) {
+func (s *Store) StepDefList(ctx context.Context, _ *store.StepDefListParams) ([]*store.StepDefinition, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT DISTINCT ON (name) `+stepDefColumns+` FROM reprise_step_def
 		ORDER BY name, version DESC`)
 	if err != nil {
 		return nil, fmt.Errorf("list steps: %w", err)
 	}
-	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*reprise.StepDefinition, error) { return scanStepDef(row) })
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.StepDefinition, error) { return scanStepDef(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list steps: %w", err)
 	}
-	defs := make([]*reprise.StepDefinition, 0, len(all))
+	defs := make([]*store.StepDefinition, 0, len(all))
 	for _, d := range all {
 		if d.DeletedAt.IsZero() {
 			defs = append(defs, d)
@@ -119,14 +118,14 @@ func (s *Store) StepDefList(ctx context.Context, _ *reprise.StepDefListParams) (
 }
 
 // StepDefDelete deletes a step unless it is in use.
-func (s *Store) StepDefDelete(ctx context.Context, p *reprise.StepDefDeleteParams) error {
+func (s *Store) StepDefDelete(ctx context.Context, p *store.StepDefDeleteParams) error {
 	err := s.alone(ctx, func(tx *txn) error {
 		now, latest, err := s.lockStepDef(ctx, tx, p.Name)
 		if err != nil {
 			return err
 		}
 		if latest == nil || !latest.DeletedAt.IsZero() {
-			return reprise.ErrNotFound
+			return store.ErrNotFound
 		}
 		if !p.Force {
 			var runID, workflow string
@@ -139,9 +138,9 @@ func (s *Store) StepDefDelete(ctx context.Context, p *reprise.StepDefDeleteParam
 				LIMIT 1`, p.Name, p.Workflows).Scan(&runID, &workflow)
 			switch {
 			case err == nil && workflow == "":
-				return fmt.Errorf("%w: run %s has a task of it", reprise.ErrStepInUse, runID)
+				return fmt.Errorf("%w: run %s has a task of it", store.ErrStepInUse, runID)
 			case err == nil:
-				return fmt.Errorf("%w: run %s of workflow %s is active", reprise.ErrStepInUse, runID, workflow)
+				return fmt.Errorf("%w: run %s of workflow %s is active", store.ErrStepInUse, runID, workflow)
 			case !errors.Is(err, pgx.ErrNoRows):
 				return err
 			}

@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reprise/store"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"reprise"
 )
 
 // taskColumns are the columns scanTask reads, in order.
@@ -19,9 +18,9 @@ const taskColumns = `id, run_id, execution, position, step, input, idempotency_k
 	attempt, token, lease_until, started_at, first_started_at, base, lapses, owner, step_version`
 
 // scanTask reads taskColumns and then extra.
-func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
+func scanTask(row pgx.Row, extra ...any) (*store.Task, error) {
 	var (
-		t                            reprise.Task
+		t                            store.Task
 		input, policy                []byte
 		lease, started, firstStarted *time.Time
 	)
@@ -54,7 +53,7 @@ func scanTask(row pgx.Row, extra ...any) (*reprise.Task, error) {
 // nested loops (their sizes unknown to a generic plan), such joins compared
 // every run id with every other, 7,500 text comparisons and 10 ms for a
 // claim of 87 tasks.
-func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*reprise.Task, error) {
+func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*store.Task, error) {
 	if p.Owner == "" {
 		return nil, errors.New("claim tasks: owner is required")
 	}
@@ -75,7 +74,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 			total += int(l)
 		}
 	}
-	var tasks []*reprise.Task
+	var tasks []*store.Task
 	err := s.txOwning(ctx, nil, func(tx *txn) error {
 		rows, err := tx.Query(ctx, `
 			WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
@@ -109,7 +108,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 			return err
 		}
 		type claimed struct {
-			task  *reprise.Task
+			task  *store.Task
 			ready time.Time
 		}
 		heads := map[string]*runHead{}
@@ -141,12 +140,12 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 			return cmp.Or(x.ready.Compare(y.ready), cmp.Compare(x.task.ID, y.task.ID))
 		})
 		a := newAppender(now.UTC())
-		tasks = make([]*reprise.Task, len(claims))
+		tasks = make([]*store.Task, len(claims))
 		for i, c := range claims {
 			t := c.task
 			tasks[i] = t
-			err := a.add(heads[t.RunID], reprise.Event{
-				Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
+			err := a.add(heads[t.RunID], store.Event{
+				Type: store.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
 				Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
 			})
 			if err != nil {
@@ -167,7 +166,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 
 // queueKeep adds to b the statement that keeps the attempts of tasks
 // (TaskClaimParams.Keep).
-func queueKeep(b *pgx.Batch, tasks []*reprise.Task) {
+func queueKeep(b *pgx.Batch, tasks []*store.Task) {
 	n := len(tasks)
 	ids, tokens, runs := make([]int64, n), make([]int64, n), make([]string, n)
 	executions, positions, attempts := make([]int32, n), make([]int32, n), make([]int32, n)
@@ -182,14 +181,14 @@ func queueKeep(b *pgx.Batch, tasks []*reprise.Task) {
 }
 
 // TaskAttemptList returns the kept attempts of a task, by token.
-func (s *Store) TaskAttemptList(ctx context.Context, p *reprise.TaskAttemptListParams) ([]reprise.TaskAttempt, error) {
+func (s *Store) TaskAttemptList(ctx context.Context, p *store.TaskAttemptListParams) ([]store.TaskAttempt, error) {
 	rows, err := s.pool.Query(ctx, `
 		SELECT task_id, token, run_id, execution, position, attempt FROM reprise_attempt
 		WHERE task_id = $1 ORDER BY token`, p.TaskID)
 	if err == nil {
-		var attempts []reprise.TaskAttempt
-		attempts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.TaskAttempt, error) {
-			var a reprise.TaskAttempt
+		var attempts []store.TaskAttempt
+		attempts, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.TaskAttempt, error) {
+			var a store.TaskAttempt
 			err := row.Scan(&a.TaskID, &a.Token, &a.RunID, &a.Execution, &a.Position, &a.Attempt)
 			return a, err
 		})
@@ -202,10 +201,10 @@ func (s *Store) TaskAttemptList(ctx context.Context, p *reprise.TaskAttemptListP
 
 // TaskGet returns a task as it stands, or ErrNotFound once it is done or
 // dropped.
-func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
+func (s *Store) TaskGet(ctx context.Context, id int64) (*store.Task, error) {
 	t, err := scanTask(s.pool.QueryRow(ctx, `SELECT `+taskColumns+` FROM reprise_task WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("get task %d: %w", id, reprise.ErrNotFound)
+		return nil, fmt.Errorf("get task %d: %w", id, store.ErrNotFound)
 	}
 	if err == nil {
 		err = s.currentAttempt(ctx, t)
@@ -218,7 +217,7 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 
 // TaskHeartbeat extends a live lease to p.LeaseTTL from now, never past the
 // attempt's timeout.
-func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParams) (time.Time, error) {
+func (s *Store) TaskHeartbeat(ctx context.Context, p *store.TaskHeartbeatParams) (time.Time, error) {
 	var until time.Time
 	err := s.pool.QueryRow(ctx, `
 		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now)
@@ -230,7 +229,7 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParam
 		RETURNING lease_until`,
 		s.clock(), p.TaskID, p.Token, p.LeaseTTL).Scan(&until)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = reprise.ErrLeaseLost
+		err = store.ErrLeaseLost
 	}
 	if err != nil {
 		return time.Time{}, fmt.Errorf("heartbeat task %d: %w", p.TaskID, err)
@@ -253,7 +252,7 @@ type leasedTask struct {
 	now       time.Time
 	// next holds the rest of the task, read only to start its next attempt
 	// at once (lockTask's full).
-	next *reprise.Task
+	next *store.Task
 }
 
 // lockTask locks a task's run and reads the task, and checks the lease:
@@ -285,7 +284,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 		if tx.ahead { // or locked by another transaction
 			return nil, errStale
 		}
-		return nil, reprise.ErrLeaseLost // no such task
+		return nil, store.ErrLeaseLost // no such task
 	}
 	if err != nil {
 		return nil, err
@@ -302,7 +301,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	}
 	err = tx.QueryRow(ctx, reads[1].sql, reads[1].args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, reprise.ErrLeaseLost // gone since its run was found
+		return nil, store.ErrLeaseLost // gone since its run was found
 	}
 	if err != nil {
 		return nil, err
@@ -310,7 +309,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	t.now = t.now.UTC()
 	t.run.execution = t.execution
 	if t.token != token || t.owner == "" || t.lease == nil || t.lease.After(t.now) == expired {
-		return nil, reprise.ErrLeaseLost
+		return nil, store.ErrLeaseLost
 	}
 	t.attempt = max(t.attempt, attempt)
 	if full {
@@ -325,7 +324,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 type taskScan struct {
 	task          leasedTask
 	head          runHead
-	next          reprise.Task
+	next          store.Task
 	input, policy []byte
 	firstStarted  *time.Time
 	dest          [15]any
@@ -358,16 +357,16 @@ const (
 
 // TaskComplete records an attempt's result: appends StepCompleted and
 // removes the task.
-func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
-	var o *reprise.Outcome
+func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (*store.Outcome, error) {
+	var o *store.Outcome
 	err := s.txOwning(ctx, lockTaskReads(s.clock(), p.TaskID, false), func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, false, false)
 		if err != nil {
 			return err
 		}
 		a := newAppender(t.now)
-		err = a.add(t.run, reprise.Event{
-			Type: reprise.EventStepCompleted, Execution: t.execution, Position: t.position, Step: t.step,
+		err = a.add(t.run, store.Event{
+			Type: store.EventStepCompleted, Execution: t.execution, Position: t.position, Step: t.step,
 			Attempt: t.attempt, Output: p.Output,
 		})
 		if err != nil {
@@ -377,7 +376,7 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 			DELETE FROM reprise_task WHERE id = ANY($10::bigint[])`,
 			append(headsArgs(t.run), []int64{t.id})...))
 		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
-		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
+		o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
 	})
 	if err != nil {
@@ -391,12 +390,12 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 // StepFailed and removes it. With p.LeaseNext and a retry at once, it
 // starts the next attempt instead of making the task ready: the task stays
 // locked from the failure to the new lease, so no claim can come between.
-func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
+func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.Outcome, error) {
 	if p.LeaseNext && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
 		return nil, fmt.Errorf("fail task %d: leasing the next attempt needs a lease owner and a lease TTL", p.TaskID)
 	}
 	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
-	var o *reprise.Outcome
+	var o *store.Outcome
 	err := s.txOwning(ctx, lockTaskReads(s.clock(), p.TaskID, leaseNext), func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, p.Expired, leaseNext)
 		if err != nil {
@@ -404,13 +403,13 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 		}
 		if p.Expired {
 			if later, err := laterAttempt(ctx, tx, t); err != nil || later {
-				return cmp.Or(err, reprise.ErrLeaseLost)
+				return cmp.Or(err, store.ErrLeaseLost)
 			}
 		}
 		a := newAppender(t.now)
 		errInfo := p.Error
-		failed := reprise.Event{
-			Type: reprise.EventAttemptFailed, Execution: t.execution, Position: t.position, Step: t.step,
+		failed := store.Event{
+			Type: store.EventAttemptFailed, Execution: t.execution, Position: t.position, Step: t.step,
 			Attempt: t.attempt, Error: &errInfo, Rule: p.Rule,
 		}
 		b := &tx.writes
@@ -425,7 +424,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				if err != nil {
 					return err
 				}
-				o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
+				o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
 				if inPlace {
 					a.queue(b)
 					return nil
@@ -456,8 +455,8 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			if err := a.add(t.run, failed); err != nil {
 				return err
 			}
-			err := a.add(t.run, reprise.Event{
-				Type: reprise.EventStepFailed, Execution: t.execution, Position: t.position, Step: t.step,
+			err := a.add(t.run, store.Event{
+				Type: store.EventStepFailed, Execution: t.execution, Position: t.position, Step: t.step,
 				Attempt: t.attempt, Error: &errInfo, Reason: p.Reason,
 			})
 			if err != nil {
@@ -481,7 +480,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 				append(headsArgs(t.run), []int64{t.id}, []int64{t.run.lastSeq}, []int32{int32(t.attempt)})...))
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		}
-		o = &reprise.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
+		o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
 	})
 	if err != nil {
@@ -497,9 +496,9 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 // has already ended. The run is locked: the history read is the truth.
 func laterAttempt(ctx context.Context, tx *txn, t *leasedTask) (bool, error) {
 	later := false
-	err := newestFirst(ctx, tx, t.run.id, func(events []reprise.Event) bool {
+	err := newestFirst(ctx, tx, t.run.id, func(events []store.Event) bool {
 		for _, e := range slices.Backward(events) {
-			if e.Type == reprise.EventAttemptStarted && e.Execution == t.execution && e.Position == t.position {
+			if e.Type == store.EventAttemptStarted && e.Execution == t.execution && e.Position == t.position {
 				later = e.Attempt > t.attempt
 				return true
 			}
@@ -520,7 +519,7 @@ func laterAttempt(ctx context.Context, tx *txn, t *leasedTask) (bool, error) {
 // task's row is left as it was, its attempt and started_at those of the
 // last claim (the history has the rest: currentAttempt). A retry then
 // writes its events and its run's head, and not the task.
-func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (n *reprise.Task, inPlace bool, err error) {
+func startNext(a *appender, t *leasedTask, p *store.TaskFailParams) (n *store.Task, inPlace bool, err error) {
 	n = t.next
 	ttl := p.LeaseTTL
 	if n.Timeout > 0 && n.Timeout < ttl {
@@ -545,8 +544,8 @@ func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (n *repris
 	} else {
 		n.Lapses = 0
 	}
-	err = a.add(t.run, reprise.Event{
-		Type: reprise.EventAttemptStarted, Execution: n.Execution, Position: n.Position, Step: n.Step,
+	err = a.add(t.run, store.Event{
+		Type: store.EventAttemptStarted, Execution: n.Execution, Position: n.Position, Step: n.Step,
 		Attempt: n.Attempt, Worker: p.LeaseOwner, LeaseUntil: n.LeaseUntil, IdempotencyKey: n.IdempotencyKey,
 	})
 	return n, inPlace, err
@@ -554,7 +553,7 @@ func startNext(a *appender, t *leasedTask, p *reprise.TaskFailParams) (n *repris
 
 // TaskListExpired returns up to p.Limit (zero: 100) leased tasks whose
 // lease has lapsed, earliest first.
-func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredParams) ([]*reprise.Task, error) {
+func (s *Store) TaskListExpired(ctx context.Context, p *store.TaskListExpiredParams) ([]*store.Task, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
@@ -568,7 +567,7 @@ func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredP
 	if err != nil {
 		return nil, fmt.Errorf("list expired tasks: %w", err)
 	}
-	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*reprise.Task, error) { return scanTask(row) })
+	tasks, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Task, error) { return scanTask(row) })
 	if err != nil {
 		return nil, fmt.Errorf("list expired tasks: %w", err)
 	}
@@ -584,13 +583,13 @@ func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredP
 // its step's last AttemptStarted, when that is later than the row's: an
 // attempt started in place (startNext) leaves the row as the last claim
 // wrote it. That event is most often in the run's newest row.
-func (s *Store) currentAttempt(ctx context.Context, t *reprise.Task) error {
+func (s *Store) currentAttempt(ctx context.Context, t *store.Task) error {
 	if t.LeaseUntil.IsZero() {
 		return nil // ready: the row is the claim's to write
 	}
-	return newestFirst(ctx, s.pool, t.RunID, func(events []reprise.Event) bool {
+	return newestFirst(ctx, s.pool, t.RunID, func(events []store.Event) bool {
 		for _, e := range slices.Backward(events) {
-			if e.Type == reprise.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
+			if e.Type == store.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
 				if e.Attempt > t.Attempt {
 					t.Attempt, t.StartedAt = e.Attempt, e.At
 				}

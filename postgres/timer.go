@@ -3,22 +3,21 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"reprise"
 )
 
 // TimerFire fires up to p.Limit (zero: 100) due timers, earliest first: it
 // appends TimerFired for each and returns one Outcome per run. Like
 // TaskClaim it skips rows other transactions hold and never waits.
-func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*reprise.Outcome, error) {
+func (s *Store) TimerFire(ctx context.Context, p *store.TimerFireParams) ([]*store.Outcome, error) {
 	limit := p.Limit
 	if limit <= 0 {
 		limit = 100
 	}
-	var outcomes []*reprise.Outcome
+	var outcomes []*store.Outcome
 	err := s.tx(ctx, func(tx *txn) error {
 		outcomes = nil // tx may run this again
 		rows, err := tx.Query(ctx, `
@@ -46,7 +45,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		type due struct {
 			id    int64
 			head  *runHead
-			event reprise.Event
+			event store.Event
 		}
 		var (
 			timers []due
@@ -56,7 +55,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		)
 		for rows.Next() {
 			var (
-				d = due{event: reprise.Event{Type: reprise.EventTimerFired}}
+				d = due{event: store.Event{Type: store.EventTimerFired}}
 				h runHead
 			)
 			err := rows.Scan(&d.id, &d.event.Execution, &d.event.Position,
@@ -88,7 +87,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 		a.queue(b)
 		for _, h := range order {
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner, Seq: h.lastSeq})
-			outcomes = append(outcomes, &reprise.Outcome{RunID: h.id, Owner: h.owner, Events: a.eventsOf(h)})
+			outcomes = append(outcomes, &store.Outcome{RunID: h.id, Owner: h.owner, Events: a.eventsOf(h)})
 		}
 		return nil
 	})
@@ -101,7 +100,7 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 // NextWake returns the earliest ready time of an unleased task of p.Steps
 // (nil: any step), the earliest lease expiry and the earliest timer; each is
 // zero when there is none.
-func (s *Store) NextWake(ctx context.Context, p *reprise.NextWakeParams) (reprise.Wake, error) {
+func (s *Store) NextWake(ctx context.Context, p *store.NextWakeParams) (store.Wake, error) {
 	// For any step, the earliest ready time is the smallest over the claim
 	// index; per step, the first entry of each step's part of it.
 	const wake = `SELECT %s,
@@ -119,7 +118,7 @@ func (s *Store) NextWake(ctx context.Context, p *reprise.NextWakeParams) (repris
 	var task, lease, timer *time.Time
 	err := row.Scan(&task, &lease, &timer)
 	if err != nil {
-		return reprise.Wake{}, fmt.Errorf("next wake: %w", err)
+		return store.Wake{}, fmt.Errorf("next wake: %w", err)
 	}
-	return reprise.Wake{Task: utc(task), Lease: utc(lease), Timer: utc(timer)}, nil
+	return store.Wake{Task: utc(task), Lease: utc(lease), Timer: utc(timer)}, nil
 }

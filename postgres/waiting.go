@@ -4,18 +4,17 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"reprise"
 )
 
 // TaskListWaiting returns the tasks ready for at least p.ReadyFor that no
 // one holds, oldest ready first. A run's own are found by its key; the
 // list of all scans the ready tasks, which a report every few seconds can
 // afford and the claim path, which never calls it, need not index for.
-func (s *Store) TaskListWaiting(ctx context.Context, p *reprise.TaskListWaitingParams) ([]reprise.WaitingTask, error) {
+func (s *Store) TaskListWaiting(ctx context.Context, p *store.TaskListWaitingParams) ([]store.WaitingTask, error) {
 	const columns = `SELECT id, run_id, position, step, ready_at FROM reprise_task `
 	const ready = `owner = '' AND ready_at <= coalesce($1::timestamptz, statement_timestamp()) - $2::interval`
 	readyFor, limit := max(p.ReadyFor, 0), cmp.Or(p.Limit, 100)
@@ -31,8 +30,8 @@ func (s *Store) TaskListWaiting(ctx context.Context, p *reprise.TaskListWaitingP
 	if err != nil {
 		return nil, fmt.Errorf("list waiting tasks: %w", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reprise.WaitingTask, error) {
-		var w reprise.WaitingTask
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.WaitingTask, error) {
+		var w store.WaitingTask
 		var readyAt time.Time
 		err := row.Scan(&w.TaskID, &w.RunID, &w.Position, &w.Step, &readyAt)
 		w.ReadyAt = readyAt.UTC()

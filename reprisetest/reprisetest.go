@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -109,7 +110,7 @@ func (env *Env) Restart(cfg *reprise.Config, defs ...reprise.Definition) {
 // minute of real time, and at once if the run (or a child run of it)
 // waits for a step that nothing registered with the engine: no Go step,
 // no remote step.
-func (env *Env) Wait(id string) *reprise.Run {
+func (env *Env) Wait(id string) *store.Run {
 	env.t.Helper()
 	run, err := env.WaitErr(id)
 	if err != nil {
@@ -119,8 +120,8 @@ func (env *Env) Wait(id string) *reprise.Run {
 }
 
 // WaitErr is Wait returning its failure.
-func (env *Env) WaitErr(id string) (*reprise.Run, error) {
-	var run *reprise.Run
+func (env *Env) WaitErr(id string) (*store.Run, error) {
+	var run *store.Run
 	err := env.driveUntil(func() (bool, error) {
 		var err error
 		run, err = env.Store.RunGet(context.Background(), id)
@@ -148,7 +149,7 @@ func (env *Env) WaitErr(id string) (*reprise.Run, error) {
 
 // runWaiting is a step a run waits for.
 type runWaiting struct {
-	reprise.Waiting
+	store.Waiting
 	// who names the run: "run ID", or "its child run ID".
 	who string
 }
@@ -157,7 +158,7 @@ type runWaiting struct {
 // extend its own) has waited for longest, ready and unclaimed, if any;
 // a step that nothing registered comes first.
 func (env *Env) waiting(id string) (*runWaiting, error) {
-	tasks, err := env.Store.TaskListWaiting(context.Background(), &reprise.TaskListWaitingParams{Limit: 1000})
+	tasks, err := env.Store.TaskListWaiting(context.Background(), &store.TaskListWaitingParams{Limit: 1000})
 	if err != nil {
 		return nil, fmt.Errorf("list waiting steps: %w", err)
 	}
@@ -166,7 +167,7 @@ func (env *Env) waiting(id string) (*runWaiting, error) {
 		if t.RunID != id && !strings.HasPrefix(t.RunID, id+"/") {
 			continue
 		}
-		w := &runWaiting{who: "run " + t.RunID, Waiting: reprise.Waiting{Step: t.Step, Position: t.Position, Since: t.ReadyAt,
+		w := &runWaiting{who: "run " + t.RunID, Waiting: store.Waiting{Step: t.Step, Position: t.Position, Since: t.ReadyAt,
 			Why: reprise.WhyNotClaimed}}
 		if t.RunID != id {
 			w.who = "its child run " + t.RunID
@@ -267,7 +268,7 @@ func (env *Env) driveUntil(done func() (bool, error), stuck func(idle bool) erro
 // true).
 func (env *Env) next() (next time.Time, ok, due bool) {
 	next, ok = env.Clock.Next()
-	w, err := env.Store.NextWake(context.Background(), &reprise.NextWakeParams{Steps: env.Engine.LocalSteps()})
+	w, err := env.Store.NextWake(context.Background(), &store.NextWakeParams{Steps: env.Engine.LocalSteps()})
 	if err != nil {
 		return next, ok, false
 	}
@@ -285,7 +286,7 @@ func (env *Env) next() (next time.Time, ok, due bool) {
 }
 
 // History returns a run's history.
-func (env *Env) History(id string) []reprise.Event {
+func (env *Env) History(id string) []store.Event {
 	env.t.Helper()
 	events, err := env.Engine.History(context.Background(), id)
 	if err != nil {

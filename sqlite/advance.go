@@ -6,21 +6,21 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"slices"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
 // RunAdvance records a workflow's progress under the run's lease: what it
 // scheduled (steps, timers, markers, children) in position order, then
 // the positions it cancelled, then its end.
-func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*reprise.Advanced, error) {
+func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*store.Advanced, error) {
 	pa, err := prepareAdvance(p)
 	if err != nil {
 		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
 	}
-	var adv *reprise.Advanced
+	var adv *store.Advanced
 	err = s.write(ctx, func(tx *txn) error {
 		adv = nil
 		run, err := tx.activeRun(p.RunID, p.Finish != nil)
@@ -28,7 +28,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 			return err
 		}
 		if run.token != p.Token {
-			return reprise.ErrLeaseLost
+			return store.ErrLeaseLost
 		}
 		done, err := tx.completeAll(p.RunID, p.Completed, &run)
 		if err != nil {
@@ -47,19 +47,19 @@ func (s *Store) RunAdvance(ctx context.Context, p *reprise.RunAdvanceParams) (*r
 // that reports them: each attempt's lease must hold, or nothing is
 // written. It deletes their tasks and returns their StepCompleted events,
 // for the advance to append first.
-func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, run *runState) ([]reprise.Event, error) {
+func (tx *txn) completeAll(runID string, results []store.TaskCompleteParams, run *runState) ([]store.Event, error) {
 	if len(results) == 0 {
 		return nil, nil
 	}
-	events := make([]reprise.Event, len(results))
+	events := make([]store.Event, len(results))
 	for i, c := range results {
-		e := reprise.Event{Type: reprise.EventStepCompleted, Output: c.Output}
+		e := store.Event{Type: store.EventStepCompleted, Output: c.Output}
 		err := tx.queryRow(`
 			SELECT execution, position, step, attempt FROM tasks
 			WHERE id = ? AND token = ? AND lease_until > ? AND run_id = ?`,
 			c.TaskID, c.Token, tx.nanos, runID).Scan(&e.Execution, &e.Position, &e.Step, &e.Attempt)
 		if errors.Is(err, sql.ErrNoRows) {
-			return nil, reprise.ErrLeaseLost
+			return nil, store.ErrLeaseLost
 		}
 		if err != nil {
 			return nil, err
@@ -80,12 +80,12 @@ func (tx *txn) completeAll(runID string, results []reprise.TaskCompleteParams, r
 // A preparedAdvance is an advance checked, and its events encoded where
 // they can be, ahead of the write.
 type preparedAdvance struct {
-	p       *reprise.RunAdvanceParams
+	p       *store.RunAdvanceParams
 	plan    []planned
 	errBlob any // the run's error, for an advance that fails it
 }
 
-func prepareAdvance(p *reprise.RunAdvanceParams) (*preparedAdvance, error) {
+func prepareAdvance(p *store.RunAdvanceParams) (*preparedAdvance, error) {
 	pa := &preparedAdvance{p: p}
 	if f := p.Finish; f != nil && !f.ContinueAsNew {
 		if !f.Status.Final() {
@@ -106,16 +106,16 @@ func prepareAdvance(p *reprise.RunAdvanceParams) (*preparedAdvance, error) {
 // advance records a prepared advance of a run the caller has read and
 // checked the lease of. The events of pre (with their bodies, if encoded)
 // come first: they go in the same insert as the advance's own.
-func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, preBodies [][]byte) (*reprise.Advanced, error) {
+func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, preBodies [][]byte) (*store.Advanced, error) {
 	p, f, plan := pa.p, pa.p.Finish, pa.plan
 	// What this advance adds, its end cleans up too.
 	run.timers = run.timers || len(p.Timers) > 0
 	run.children = run.children || len(p.Children) > 0
-	a := &reprise.Advanced{Events: make([]reprise.Event, 0, len(pre)+len(plan)+1)}
+	a := &store.Advanced{Events: make([]store.Event, 0, len(pre)+len(plan)+1)}
 	a.Events = append(a.Events, pre...)
 	bodies := make([][]byte, len(pre), len(pre)+len(plan)+1)
 	copy(bodies, preBodies)
-	add := func(e reprise.Event, body []byte) {
+	add := func(e store.Event, body []byte) {
 		if e.Execution == 0 {
 			e.Execution = run.execution
 		}
@@ -136,8 +136,8 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, p
 			add(e, pl.body)
 			if task != nil {
 				a.Tasks = append(a.Tasks, task)
-				add(reprise.Event{
-					Type: reprise.EventAttemptStarted, Position: task.Position, Step: task.Step, Attempt: 1,
+				add(store.Event{
+					Type: store.EventAttemptStarted, Position: task.Position, Step: task.Step, Attempt: 1,
 					Worker: p.LeaseOwner, LeaseUntil: task.LeaseUntil, IdempotencyKey: task.IdempotencyKey,
 				}, nil)
 			}
@@ -164,8 +164,8 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, p
 			p.RunID, run.execution, pos).Scan(&step)
 		switch {
 		case err == nil:
-			add(reprise.Event{Type: reprise.EventStepCancelRequested, Position: pos, Step: step}, nil)
-			a.Tasks = slices.DeleteFunc(a.Tasks, func(t *reprise.Task) bool { return t.Position == pos })
+			add(store.Event{Type: store.EventStepCancelRequested, Position: pos, Step: step}, nil)
+			a.Tasks = slices.DeleteFunc(a.Tasks, func(t *store.Task) bool { return t.Position == pos })
 		case !errors.Is(err, sql.ErrNoRows):
 			return nil, fmt.Errorf("cancel position %d: %w", pos, err)
 		}
@@ -175,7 +175,7 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, p
 		}
 	}
 
-	var parent reprise.Event // what the run's end tells its parent
+	var parent store.Event // what the run's end tells its parent
 	switch {
 	case f != nil && f.ContinueAsNew:
 		if err := tx.dropWork(p.RunID, run.work(true)); err != nil {
@@ -189,9 +189,9 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, p
 		if err != nil {
 			return nil, err
 		}
-		add(reprise.Event{Type: reprise.EventRunContinuedAsNew, Input: f.Input}, nil)
-		add(reprise.Event{
-			Type: reprise.EventRunStarted, Execution: run.execution + 1, Workflow: run.workflow, Input: f.Input,
+		add(store.Event{Type: store.EventRunContinuedAsNew, Input: f.Input}, nil)
+		add(store.Event{
+			Type: store.EventRunStarted, Execution: run.execution + 1, Workflow: run.workflow, Input: f.Input,
 		}, nil)
 	case f != nil:
 		_, err := tx.exec(`
@@ -200,26 +200,26 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, p
 		if err != nil {
 			return nil, err
 		}
-		if err := tx.dropWork(p.RunID, run.work(f.Status != reprise.RunFailed)); err != nil {
+		if err := tx.dropWork(p.RunID, run.work(f.Status != store.RunFailed)); err != nil {
 			return nil, err
 		}
 		if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
 			return nil, err
 		}
-		end := reprise.Event{}
+		end := store.Event{}
 		switch f.Status {
-		case reprise.RunCompleted:
-			end.Type, end.Output = reprise.EventRunCompleted, f.Output
-			parent = reprise.Event{Type: reprise.EventChildCompleted, Output: f.Output}
-		case reprise.RunFailed:
-			end.Type, end.Error = reprise.EventRunFailed, f.Error
-			parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
-		case reprise.RunCancelled:
-			end.Type, end.Error = reprise.EventRunCancelled, f.Error
-			parent = reprise.Event{Type: reprise.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+		case store.RunCompleted:
+			end.Type, end.Output = store.EventRunCompleted, f.Output
+			parent = store.Event{Type: store.EventChildCompleted, Output: f.Output}
+		case store.RunFailed:
+			end.Type, end.Error = store.EventRunFailed, f.Error
+			parent = store.Event{Type: store.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+		case store.RunCancelled:
+			end.Type, end.Error = store.EventRunCancelled, f.Error
+			parent = store.Event{Type: store.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
 		}
 		add(end, nil)
-	case run.status == reprise.RunPending:
+	case run.status == store.RunPending:
 		if _, err := tx.exec(`UPDATE runs SET status = 'running' WHERE id = ?`, p.RunID); err != nil {
 			return nil, err
 		}
@@ -239,42 +239,42 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []reprise.Event, p
 // A planned event is one an advance appends for something the workflow
 // scheduled, with what it schedules.
 type planned struct {
-	event reprise.Event
+	event store.Event
 	body  []byte // encoded ahead, off the write path; nil for timers
-	step  *reprise.StepSpec
-	timer *reprise.TimerSpec
-	child *reprise.ChildSpec
+	step  *store.StepSpec
+	timer *store.TimerSpec
+	child *store.ChildSpec
 }
 
 // planAdvance returns the events of what an advance schedules, in position
 // order, encoded ahead where they depend on nothing the write learns.
-func planAdvance(p *reprise.RunAdvanceParams) ([]planned, error) {
+func planAdvance(p *store.RunAdvanceParams) ([]planned, error) {
 	plan := make([]planned, 0, len(p.Steps)+len(p.Timers)+len(p.Markers)+len(p.Children))
 	for i := range p.Steps {
 		st := &p.Steps[i]
 		if st.Lease && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
 			return nil, fmt.Errorf("step %d is to be leased: want LeaseOwner and LeaseTTL", st.Position)
 		}
-		plan = append(plan, planned{step: st, event: reprise.Event{
-			Type: reprise.EventStepScheduled, Position: st.Position, Step: st.Name,
+		plan = append(plan, planned{step: st, event: store.Event{
+			Type: store.EventStepScheduled, Position: st.Position, Step: st.Name,
 			Input: st.Input, Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey, Version: st.StepVersion,
 		}})
 	}
 	for i := range p.Timers {
 		tm := &p.Timers[i]
-		plan = append(plan, planned{timer: tm, event: reprise.Event{
-			Type: reprise.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay,
+		plan = append(plan, planned{timer: tm, event: store.Event{
+			Type: store.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay,
 		}})
 	}
 	for _, m := range p.Markers {
-		plan = append(plan, planned{event: reprise.Event{
-			Type: reprise.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version,
+		plan = append(plan, planned{event: store.Event{
+			Type: store.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version,
 		}})
 	}
 	for i := range p.Children {
 		c := &p.Children[i]
-		plan = append(plan, planned{child: c, event: reprise.Event{
-			Type: reprise.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input,
+		plan = append(plan, planned{child: c, event: store.Event{
+			Type: store.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input,
 		}})
 	}
 	// Stable: tasks get their ids in position order, so that claims of
@@ -297,7 +297,7 @@ func planAdvance(p *reprise.RunAdvanceParams) ([]planned, error) {
 // scheduleStep makes a step a ready task, or, marked Lease, a task leased
 // to p.LeaseOwner with its first attempt started, as a claim would. It
 // returns the leased task, nil for a ready one.
-func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, execution int) (*reprise.Task, error) {
+func (tx *txn) scheduleStep(p *store.RunAdvanceParams, st *store.StepSpec, execution int) (*store.Task, error) {
 	if !st.Lease {
 		_, err := tx.exec(`
 			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at,
@@ -314,7 +314,7 @@ func (tx *txn) scheduleStep(p *reprise.RunAdvanceParams, st *reprise.StepSpec, e
 	if st.Timeout > 0 && st.Timeout < lease {
 		lease = st.Timeout
 	}
-	t := &reprise.Task{
+	t := &store.Task{
 		RunID: p.RunID, Execution: execution, Position: st.Position, Step: st.Name, Input: st.Input,
 		IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
 		Owner: p.LeaseOwner, LeaseUntil: tx.now.Add(lease), StartedAt: tx.now, FirstStartedAt: tx.now,
@@ -342,7 +342,7 @@ type runState struct {
 	timers          bool
 	children        bool
 	failedSteps     bool
-	status          reprise.RunStatus
+	status          store.RunStatus
 	token           int64
 	execution       int
 	last            int64
@@ -387,14 +387,14 @@ func (tx *txn) activeRun(id string, ending bool) (runState, error) {
 		Scan(&status, &r.token, &r.execution, &r.workflow, &r.owner, &r.parentID, &r.parentPosition,
 			&r.parentExecution, &r.last, &r.tasks, &timers, &children, &failed)
 	r.timers, r.children, r.failedSteps = timers != 0, children != 0, failed != 0
-	r.status = reprise.RunStatus(status)
+	r.status = store.RunStatus(status)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return runState{}, reprise.ErrNotFound
+		return runState{}, store.ErrNotFound
 	case err != nil:
 		return runState{}, err
 	case r.status.Final():
-		return runState{}, reprise.ErrRunFinished
+		return runState{}, store.ErrRunFinished
 	}
 	return r, nil
 }

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"reprise/store"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/internal/bench"
 	"reprise/sqlite"
 )
@@ -53,16 +53,16 @@ func benchmarkRuns(b *testing.B, sync, path string) {
 		step := fmt.Sprintf("step-%d", worker.Add(1))
 		for pb.Next() {
 			id := fmt.Sprintf("run-%d", runs.Add(1))
-			run, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{
+			run, _, err := s.RunCreate(ctx, &store.RunCreateParams{
 				ID: id, Workflow: "bench", Input: input, Owner: "engine", LeaseTTL: time.Minute,
 			})
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			adv, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{
+			adv, err := s.RunAdvance(ctx, &store.RunAdvanceParams{
 				RunID: id, Token: run.Token, LeaseOwner: "engine", LeaseTTL: time.Minute,
-				Steps: []reprise.StepSpec{{
+				Steps: []store.StepSpec{{
 					Position: 1, Name: step, Input: input, IdempotencyKey: id + "/1", Lease: leased,
 					PolicyText: "[retry: 3, backoff: 1s]", Policy: json.RawMessage(`{"rules":[{"max_attempts":4}]}`),
 				}},
@@ -73,8 +73,8 @@ func benchmarkRuns(b *testing.B, sync, path string) {
 			}
 			tasks := adv.Tasks
 			if !leased {
-				tasks, err = s.TaskClaim(ctx, &reprise.TaskClaimParams{
-					Owner: "worker", Steps: []reprise.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute,
+				tasks, err = s.TaskClaim(ctx, &store.TaskClaimParams{
+					Owner: "worker", Steps: []store.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute,
 				})
 				calls.Add(1)
 			}
@@ -83,8 +83,8 @@ func benchmarkRuns(b *testing.B, sync, path string) {
 				return
 			}
 			if path == "retry-claim" || path == "retry-lease" {
-				out, err := s.TaskFail(ctx, &reprise.TaskFailParams{
-					TaskID: tasks[0].ID, Token: tasks[0].Token, Error: reprise.ErrorInfo{Type: "NetworkError"},
+				out, err := s.TaskFail(ctx, &store.TaskFailParams{
+					TaskID: tasks[0].ID, Token: tasks[0].Token, Error: store.ErrorInfo{Type: "NetworkError"},
 					Retry: true, Rule: "[retry: 3]",
 					LeaseNext: path == "retry-lease", LeaseOwner: "engine", LeaseTTL: time.Minute,
 				})
@@ -94,10 +94,10 @@ func benchmarkRuns(b *testing.B, sync, path string) {
 				}
 				calls.Add(1)
 				if out.Next != nil {
-					tasks = []*reprise.Task{out.Next}
+					tasks = []*store.Task{out.Next}
 				} else {
-					tasks, err = s.TaskClaim(ctx, &reprise.TaskClaimParams{
-						Owner: "worker", Steps: []reprise.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute,
+					tasks, err = s.TaskClaim(ctx, &store.TaskClaimParams{
+						Owner: "worker", Steps: []store.StepQuota{{Name: step, Limit: 1}}, LeaseTTL: time.Minute,
 					})
 					calls.Add(1)
 				}
@@ -106,13 +106,13 @@ func benchmarkRuns(b *testing.B, sync, path string) {
 					return
 				}
 			}
-			_, err = s.TaskComplete(ctx, &reprise.TaskCompleteParams{TaskID: tasks[0].ID, Token: tasks[0].Token, Output: input})
+			_, err = s.TaskComplete(ctx, &store.TaskCompleteParams{TaskID: tasks[0].ID, Token: tasks[0].Token, Output: input})
 			if err != nil {
 				b.Error(err)
 				return
 			}
-			_, err = s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: id, Token: run.Token, Finish: &reprise.RunFinish{
-				Status: reprise.RunCompleted, Output: input,
+			_, err = s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: id, Token: run.Token, Finish: &store.RunFinish{
+				Status: store.RunCompleted, Output: input,
 			}})
 			if err != nil {
 				b.Error(err)

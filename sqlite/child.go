@@ -5,8 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-
-	"reprise"
+	"reprise/store"
 )
 
 // The reasons in RunCancelled of a child whose parent ended.
@@ -18,7 +17,7 @@ const (
 // createChild creates a child run of the parent's execution, unowned and
 // pending, with RunStarted in its own history. A run with the id that
 // exists already is left as it is.
-func (tx *txn) createChild(parentID string, execution int, c *reprise.ChildSpec) error {
+func (tx *txn) createChild(parentID string, execution int, c *store.ChildSpec) error {
 	n, err := tx.exec(`
 		INSERT INTO runs (id, workflow, status, input, created_at, parent_id, parent_position, parent_execution)
 		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)
@@ -30,7 +29,7 @@ func (tx *txn) createChild(parentID string, execution int, c *reprise.ChildSpec)
 	if n == 0 {
 		return nil
 	}
-	started := []reprise.Event{{Type: reprise.EventRunStarted, Execution: 1, Workflow: c.Workflow, Input: c.Input}}
+	started := []store.Event{{Type: store.EventRunStarted, Execution: 1, Workflow: c.Workflow, Input: c.Input}}
 	if err := tx.appendEvents(c.ID, 0, started, nil); err != nil {
 		return fmt.Errorf("start child %s: %w", c.ID, err)
 	}
@@ -88,7 +87,7 @@ func (tx *txn) cancelRun(id string, execution int, last int64, reason string) er
 	if err != nil {
 		return err
 	}
-	cancelled := []reprise.Event{{Type: reprise.EventRunCancelled, Execution: execution, Reason: reason}}
+	cancelled := []store.Event{{Type: store.EventRunCancelled, Execution: execution, Reason: reason}}
 	if err := tx.appendEvents(id, last, cancelled, nil); err != nil {
 		return err
 	}
@@ -101,7 +100,7 @@ func (tx *txn) cancelRun(id string, execution int, last int64, reason string) er
 // tellParent appends e, ChildCompleted or ChildFailed, to the parent of a
 // child run that ended, if the parent is active and still in the
 // execution that started the child. It returns what it appended, or nil.
-func (tx *txn) tellParent(child runState, childID string, e reprise.Event) (*reprise.Outcome, error) {
+func (tx *txn) tellParent(child runState, childID string, e store.Event) (*store.Outcome, error) {
 	var status, owner string
 	var execution int
 	var last int64
@@ -113,21 +112,21 @@ func (tx *txn) tellParent(child runState, childID string, e reprise.Event) (*rep
 	if err != nil {
 		return nil, fmt.Errorf("parent %s: %w", child.parentID, err)
 	}
-	if reprise.RunStatus(status).Final() || execution != child.parentExecution {
+	if store.RunStatus(status).Final() || execution != child.parentExecution {
 		return nil, nil
 	}
 	e.Execution, e.Position, e.Child = execution, child.parentPosition, childID
-	events := []reprise.Event{e}
+	events := []store.Event{e}
 	if err := tx.appendEvents(child.parentID, last, events, nil); err != nil {
 		return nil, fmt.Errorf("parent %s: %w", child.parentID, err)
 	}
-	return &reprise.Outcome{RunID: child.parentID, Owner: owner, Events: events}, nil
+	return &store.Outcome{RunID: child.parentID, Owner: owner, Events: events}, nil
 }
 
 // RunCancel cancels an active run and its active children, and tells its
 // parent, if it is a child.
-func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*reprise.Run, error) {
-	var run *reprise.Run
+func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+	var run *store.Run
 	err := s.write(ctx, func(tx *txn) error {
 		r, err := tx.activeRun(p.ID, true)
 		if err != nil {
@@ -137,7 +136,7 @@ func (s *Store) RunCancel(ctx context.Context, p *reprise.RunCancelParams) (*rep
 			return err
 		}
 		if r.parentID != "" {
-			failed := reprise.Event{Type: reprise.EventChildFailed, Reason: string(reprise.RunCancelled)}
+			failed := store.Event{Type: store.EventChildFailed, Reason: string(store.RunCancelled)}
 			if _, err := tx.tellParent(r, p.ID, failed); err != nil {
 				return err
 			}

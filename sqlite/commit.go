@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"slices"
 	"sync"
 	"time"
-
-	"reprise"
 )
 
 // errClosed is returned by calls made after Close.
@@ -185,10 +184,10 @@ func (c *committer) runAlone(tx *txn, cl *call) error {
 // clean reports whether err is one that a call returns only before it
 // writes anything.
 func clean(err error) bool {
-	return errors.Is(err, reprise.ErrNotFound) ||
-		errors.Is(err, reprise.ErrLeaseLost) ||
-		errors.Is(err, reprise.ErrRunFinished) ||
-		errors.Is(err, reprise.ErrNotRedrivable)
+	return errors.Is(err, store.ErrNotFound) ||
+		errors.Is(err, store.ErrLeaseLost) ||
+		errors.Is(err, store.ErrRunFinished) ||
+		errors.Is(err, store.ErrNotRedrivable)
 }
 
 // close refuses new calls and waits for the queued calls to finish.

@@ -6,12 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"reprise/store"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
-
-	"reprise"
 )
 
 func openTest(t *testing.T) *Store {
@@ -63,7 +62,7 @@ func TestCommitOneBadCallKeepsTheOthers(t *testing.T) {
 	t.Parallel()
 	s := openTest(t)
 	ctx := t.Context()
-	lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: "bad", Workflow: "w", Owner: "e", LeaseTTL: 1e12})
+	lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: "bad", Workflow: "w", Owner: "e", LeaseTTL: 1e12})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +73,7 @@ func TestCommitOneBadCallKeepsTheOthers(t *testing.T) {
 	errs := make([]error, good)
 	for i := range good {
 		wg.Go(func() {
-			_, _, errs[i] = s.RunCreate(ctx, &reprise.RunCreateParams{
+			_, _, errs[i] = s.RunCreate(ctx, &store.RunCreateParams{
 				ID: fmt.Sprintf("good-%d", i), Workflow: "w", Input: json.RawMessage(`{}`),
 			})
 		})
@@ -83,16 +82,16 @@ func TestCommitOneBadCallKeepsTheOthers(t *testing.T) {
 	// breaks a unique index, after the call has written.
 	var badErr error
 	wg.Go(func() {
-		step := reprise.StepSpec{Position: 1, Name: "s", IdempotencyKey: "k"}
-		_, badErr = s.RunAdvance(ctx, &reprise.RunAdvanceParams{
-			RunID: "bad", Token: lease.Token, Steps: []reprise.StepSpec{step, step},
+		step := store.StepSpec{Position: 1, Name: "s", IdempotencyKey: "k"}
+		_, badErr = s.RunAdvance(ctx, &store.RunAdvanceParams{
+			RunID: "bad", Token: lease.Token, Steps: []store.StepSpec{step, step},
 		})
 	})
 	wait(good + 1)
 	release()
 	wg.Wait()
 
-	if badErr == nil || errors.Is(badErr, reprise.ErrLeaseLost) {
+	if badErr == nil || errors.Is(badErr, store.ErrLeaseLost) {
 		t.Fatalf("bad RunAdvance: err = %v, want a constraint error", badErr)
 	}
 	for i, err := range errs {
@@ -103,14 +102,14 @@ func TestCommitOneBadCallKeepsTheOthers(t *testing.T) {
 			t.Fatalf("run of good call %d: %v", i, err)
 		}
 	}
-	history, err := s.HistoryList(ctx, &reprise.HistoryListParams{RunID: "bad"})
+	history, err := s.HistoryList(ctx, &store.HistoryListParams{RunID: "bad"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(history) != 1 {
 		t.Fatalf("bad run's history has %d events, want only RunStarted: the failed call's writes must be undone", len(history))
 	}
-	if run, _ := s.RunGet(ctx, "bad"); run.Status != reprise.RunRunning || run.Execution != 1 {
+	if run, _ := s.RunGet(ctx, "bad"); run.Status != store.RunRunning || run.Execution != 1 {
 		t.Fatalf("bad run is %s in execution %d, want running in 1, as created", run.Status, run.Execution)
 	}
 }
@@ -130,7 +129,7 @@ func TestCommitSentinelErrorsShareTheBatch(t *testing.T) {
 			errs[i] = s.write(ctx, func(tx *txn) error {
 				runs.Add(1)
 				if i%2 == 1 {
-					return reprise.ErrLeaseLost
+					return store.ErrLeaseLost
 				}
 				_, err := tx.exec(`INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, 1, ?, 0)`, "r", i)
 				return err
@@ -145,7 +144,7 @@ func TestCommitSentinelErrorsShareTheBatch(t *testing.T) {
 		t.Fatalf("calls ran %d times, want %d: a sentinel error must not make the batch run again", n, calls)
 	}
 	for i, err := range errs {
-		if want := i%2 == 1; errors.Is(err, reprise.ErrLeaseLost) != want || (!want && err != nil) {
+		if want := i%2 == 1; errors.Is(err, store.ErrLeaseLost) != want || (!want && err != nil) {
 			t.Fatalf("call %d: err = %v", i, err)
 		}
 	}

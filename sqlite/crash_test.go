@@ -7,13 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/sqlite"
 )
 
@@ -61,11 +61,11 @@ func TestKillLosesNoAcknowledgedWrite(t *testing.T) {
 	}
 	defer s.Close()
 	for _, id := range acked {
-		events, err := s.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: id})
+		events, err := s.HistoryList(t.Context(), &store.HistoryListParams{RunID: id})
 		if err != nil {
 			t.Fatalf("acknowledged run %s: %v", id, err)
 		}
-		if len(events) != 2 || events[1].Type != reprise.EventStepScheduled {
+		if len(events) != 2 || events[1].Type != store.EventStepScheduled {
 			t.Fatalf("acknowledged run %s has history %v, want RunStarted, StepScheduled", id, events)
 		}
 	}
@@ -85,12 +85,12 @@ func crashChild(t *testing.T, path string) {
 		wg.Go(func() {
 			for {
 				id := fmt.Sprintf("run-%d", n.Add(1))
-				lease, _, err := s.RunCreate(t.Context(), &reprise.RunCreateParams{
+				lease, _, err := s.RunCreate(t.Context(), &store.RunCreateParams{
 					ID: id, Workflow: "w", Input: json.RawMessage(`{}`), Owner: "e", LeaseTTL: time.Minute,
 				})
 				if err == nil {
-					_, err = s.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: id, Token: lease.Token,
-						Steps: []reprise.StepSpec{{Position: 1, Name: "s", IdempotencyKey: id}}})
+					_, err = s.RunAdvance(t.Context(), &store.RunAdvanceParams{RunID: id, Token: lease.Token,
+						Steps: []store.StepSpec{{Position: 1, Name: "s", IdempotencyKey: id}}})
 				}
 				if err != nil {
 					fmt.Fprintln(os.Stderr, err)

@@ -4,9 +4,8 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"reprise/store"
 	"sync"
-
-	"reprise"
 )
 
 // live holds the engines running in this process, by database, each with
@@ -32,12 +31,12 @@ func (s *Store) liveKey() string {
 
 // EngineStart records a live engine under p.ID; ErrEngineLive if one runs
 // under it in this process already.
-func (s *Store) EngineStart(ctx context.Context, p *reprise.EngineStartParams) error {
+func (s *Store) EngineStart(ctx context.Context, p *store.EngineStartParams) error {
 	key := s.liveKey()
 	live.Lock()
 	if live.engines[key][p.ID] != nil {
 		live.Unlock()
-		return fmt.Errorf("start engine %s: %w", p.ID, reprise.ErrEngineLive)
+		return fmt.Errorf("start engine %s: %w", p.ID, store.ErrEngineLive)
 	}
 	if live.engines[key] == nil {
 		live.engines[key] = make(map[string]*Store)
@@ -121,7 +120,7 @@ func (s *Store) EngineGone(ctx context.Context) ([]string, error) {
 
 // TaskRelease cuts the live leases of the tasks leased to p.Owner to
 // lapse now.
-func (s *Store) TaskRelease(ctx context.Context, p *reprise.TaskReleaseParams) (int, error) {
+func (s *Store) TaskRelease(ctx context.Context, p *store.TaskReleaseParams) (int, error) {
 	var n int64
 	err := s.write(ctx, func(tx *txn) error {
 		var err error

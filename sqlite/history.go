@@ -6,20 +6,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"time"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
 // HistoryList returns a run's events with Seq > p.AfterSeq, in order.
-func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) ([]reprise.Event, error) {
-	var events []reprise.Event
+func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]store.Event, error) {
+	var events []store.Event
 	err := s.read(ctx, func(tx *txn) error {
 		var one int
 		err := tx.queryRow(`SELECT 1 FROM runs WHERE id = ?`, p.RunID).Scan(&one)
 		if errors.Is(err, sql.ErrNoRows) {
-			return reprise.ErrNotFound
+			return store.ErrNotFound
 		}
 		if err != nil {
 			return err
@@ -33,7 +33,7 @@ func (s *Store) HistoryList(ctx context.Context, p *reprise.HistoryListParams) (
 	return events, nil
 }
 
-func listEvents(tx *txn, runID string, afterSeq int64) ([]reprise.Event, error) {
+func listEvents(tx *txn, runID string, afterSeq int64) ([]store.Event, error) {
 	rows, err := tx.query(`
 		SELECT seq, execution, at, body FROM events
 		WHERE run_id = ? AND seq > ? ORDER BY seq`, runID, afterSeq)
@@ -41,7 +41,7 @@ func listEvents(tx *txn, runID string, afterSeq int64) ([]reprise.Event, error) 
 		return nil, err
 	}
 	defer rows.Close()
-	var events []reprise.Event
+	var events []store.Event
 	for rows.Next() {
 		if events, err = scanEvents(rows, events, afterSeq); err != nil {
 			return nil, err
@@ -52,7 +52,7 @@ func listEvents(tx *txn, runID string, afterSeq int64) ([]reprise.Event, error) 
 
 // scanEvents appends the events of the row of (seq, execution, at, body)
 // at hand whose Seq is after afterSeq (see package eventrow).
-func scanEvents(rows *rows, dst []reprise.Event, afterSeq int64) ([]reprise.Event, error) {
+func scanEvents(rows *rows, dst []store.Event, afterSeq int64) ([]store.Event, error) {
 	var seq, at int64
 	var execution int
 	var body []byte
@@ -71,7 +71,7 @@ const lastSeq = `(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = ?1)`
 // (a nil or missing body) are encoded here. The events go in as one row
 // (package eventrow): a row costs SQLite about as much as its bytes,
 // whatever the number of events in it.
-func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bodies [][]byte) error {
+func (tx *txn) appendEvents(runID string, last int64, events []store.Event, bodies [][]byte) error {
 	if len(events) == 0 {
 		return nil
 	}
@@ -99,10 +99,10 @@ func (tx *txn) appendEvents(runID string, last int64, events []reprise.Event, bo
 
 // encodeEvents encodes ahead the events whose bodies depend on nothing the
 // write learns: all but timers scheduled, whose fire time is the write's.
-func encodeEvents(events []reprise.Event) ([][]byte, error) {
+func encodeEvents(events []store.Event) ([][]byte, error) {
 	bodies := make([][]byte, len(events))
 	for i, e := range events {
-		if e.Type == reprise.EventTimerScheduled {
+		if e.Type == store.EventTimerScheduled {
 			continue
 		}
 		var err error
@@ -115,7 +115,7 @@ func encodeEvents(events []reprise.Event) ([][]byte, error) {
 
 // outcome appends events to the history of a run that a task or timer
 // belongs to, and returns them with the run's lease owner.
-func (tx *txn) outcome(runID string, events ...reprise.Event) (*reprise.Outcome, error) {
+func (tx *txn) outcome(runID string, events ...store.Event) (*store.Outcome, error) {
 	var owner string
 	var last int64
 	if err := tx.queryRow(`SELECT owner, `+lastSeq+` FROM runs WHERE id = ?1`, runID).Scan(&owner, &last); err != nil {
@@ -124,7 +124,7 @@ func (tx *txn) outcome(runID string, events ...reprise.Event) (*reprise.Outcome,
 	if err := tx.appendEvents(runID, last, events, nil); err != nil {
 		return nil, err
 	}
-	return &reprise.Outcome{RunID: runID, Owner: owner, Events: events}, nil
+	return &store.Outcome{RunID: runID, Owner: owner, Events: events}, nil
 }
 
 // fromNanos converts a time column to a time.
@@ -141,7 +141,7 @@ func blob(m json.RawMessage) any {
 }
 
 // errorBlob encodes an error for the runs table, NULL for none.
-func errorBlob(e *reprise.ErrorInfo) (any, error) {
+func errorBlob(e *store.ErrorInfo) (any, error) {
 	if e == nil {
 		return nil, nil
 	}

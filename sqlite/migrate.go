@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"reprise/store"
 	"strconv"
 	"strings"
-
-	"reprise"
 )
 
 // migrationFiles holds the schema's versions, named NNNN_what.sql.
@@ -76,7 +75,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 		if from > len(ms) {
-			return fmt.Errorf("%w: database is at version %d, this reprise knows %d", reprise.ErrSchemaTooNew, from, len(ms))
+			return fmt.Errorf("%w: database is at version %d, this reprise knows %d", store.ErrSchemaTooNew, from, len(ms))
 		}
 		for _, m := range ms[from:] {
 			// The connection, not a prepared statement: a migration holds

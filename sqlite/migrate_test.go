@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reprise/store"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,7 +16,6 @@ import (
 
 	_ "modernc.org/sqlite" // the database/sql driver, to reach behind the store
 
-	"reprise"
 	"reprise/sqlite"
 )
 
@@ -47,7 +47,7 @@ func TestMigrateReopenKeepsData(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
-	_, _, err = s.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "run-1", Workflow: "w", Input: json.RawMessage(`{}`)})
+	_, _, err = s.RunCreate(t.Context(), &store.RunCreateParams{ID: "run-1", Workflow: "w", Input: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 	userVersion(t, path, 1000)
 
 	_, err = sqlite.Open(path, &sqlite.Options{Now: time.Now})
-	if !errors.Is(err, reprise.ErrSchemaTooNew) {
+	if !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Fatalf("Open of a newer schema: err = %v, want ErrSchemaTooNew", err)
 	}
 	if v := userVersion(t, path, -1); v != 1000 {
@@ -150,16 +150,16 @@ func TestMigrateFromVersion1(t *testing.T) {
 		t.Fatalf("user_version = %d, want %d", v, version)
 	}
 	run, err := s.RunGet(t.Context(), "run-1")
-	if err != nil || run.ParentID != "" || run.Status != reprise.RunRunning {
+	if err != nil || run.ParentID != "" || run.Status != store.RunRunning {
 		t.Fatalf("RunGet = %+v, %v", run, err)
 	}
-	tasks, err := s.TaskClaim(t.Context(), &reprise.TaskClaimParams{
-		Owner: "w", Steps: []reprise.StepQuota{{Name: "charge", Limit: 1}}, LeaseTTL: time.Minute, Keep: true,
+	tasks, err := s.TaskClaim(t.Context(), &store.TaskClaimParams{
+		Owner: "w", Steps: []store.StepQuota{{Name: "charge", Limit: 1}}, LeaseTTL: time.Minute, Keep: true,
 	})
 	if err != nil || len(tasks) != 1 || tasks[0].Attempt != 1 || tasks[0].Base != 0 || tasks[0].Lapses != 0 {
 		t.Fatalf("TaskClaim = %+v, %v; want the old task as attempt 1", tasks, err)
 	}
-	events, err := s.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: "run-1", AfterSeq: 1})
+	events, err := s.HistoryList(t.Context(), &store.HistoryListParams{RunID: "run-1", AfterSeq: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

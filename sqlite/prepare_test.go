@@ -3,14 +3,13 @@ package sqlite
 import (
 	"fmt"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	sqlite3 "modernc.org/sqlite/lib"
-
-	"reprise"
 )
 
 // TestStatementsPreparedOnce runs the store's calls round after round with
@@ -32,35 +31,35 @@ func TestStatementsPreparedOnce(t *testing.T) {
 	ctx := t.Context()
 	for round := range 6 {
 		id := fmt.Sprintf("run-%d", round)
-		lease, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "w", Owner: "e", LeaseTTL: time.Minute})
+		lease, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "w", Owner: "e", LeaseTTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: id, Token: lease.Token, Steps: []reprise.StepSpec{
+		_, err = s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: id, Token: lease.Token, Steps: []store.StepSpec{
 			{Position: 1, Name: "s", IdempotencyKey: "k1"},
 			{Position: 2, Name: "s", IdempotencyKey: "k2", Lease: true},
 		}, LeaseOwner: "e", LeaseTTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
-		tasks, err := s.TaskClaim(ctx, &reprise.TaskClaimParams{
-			Owner: "e", Steps: []reprise.StepQuota{{Name: "s", Limit: 5 + round}}, LeaseTTL: time.Minute,
+		tasks, err := s.TaskClaim(ctx, &store.TaskClaimParams{
+			Owner: "e", Steps: []store.StepQuota{{Name: "s", Limit: 5 + round}}, LeaseTTL: time.Minute,
 		})
 		if err != nil || len(tasks) == 0 {
 			t.Fatalf("round %d: TaskClaim = %d tasks, %v", round, len(tasks), err)
 		}
 		advance(time.Second)
-		if _, err := s.TaskFail(ctx, &reprise.TaskFailParams{TaskID: tasks[0].ID, Token: tasks[0].Token, Retry: true,
-			Error: reprise.ErrorInfo{Type: "Transient", Message: "again"}}); err != nil {
+		if _, err := s.TaskFail(ctx, &store.TaskFailParams{TaskID: tasks[0].ID, Token: tasks[0].Token, Retry: true,
+			Error: store.ErrorInfo{Type: "Transient", Message: "again"}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.TaskListExpired(ctx, &reprise.TaskListExpiredParams{Limit: 10 + round}); err != nil {
+		if _, err := s.TaskListExpired(ctx, &store.TaskListExpiredParams{Limit: 10 + round}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RunClaim(ctx, &reprise.RunClaimParams{Owner: "f", Limit: 3 + round, LeaseTTL: time.Minute}); err != nil {
+		if _, err := s.RunClaim(ctx, &store.RunClaimParams{Owner: "f", Limit: 3 + round, LeaseTTL: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := s.RunList(ctx, &reprise.RunListParams{Status: reprise.RunRunning, Limit: 20 + round}); err != nil {
+		if _, err := s.RunList(ctx, &store.RunListParams{Status: store.RunRunning, Limit: 20 + round}); err != nil {
 			t.Fatal(err)
 		}
 		advance(time.Second)

@@ -5,16 +5,16 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reprise/store"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
 // RunRedrive reopens a failed run whose current execution's last step
 // outcome is a StepFailed: the step's task, kept in failed_steps when it
 // failed, is ready again with a fresh budget (Base = the attempts made).
-func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*reprise.Run, error) {
-	var run *reprise.Run
+func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*store.Run, error) {
+	var run *store.Run
 	err := s.write(ctx, func(tx *txn) error {
 		var status string
 		var execution int
@@ -22,20 +22,20 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 		err := tx.queryRow(`SELECT status, execution, `+lastSeq+` FROM runs WHERE id = ?1`, p.ID).
 			Scan(&status, &execution, &last)
 		if errors.Is(err, sql.ErrNoRows) {
-			return reprise.ErrNotFound
+			return store.ErrNotFound
 		}
 		if err != nil {
 			return err
 		}
-		if reprise.RunStatus(status) != reprise.RunFailed {
-			return reprise.ErrNotRedrivable
+		if store.RunStatus(status) != store.RunFailed {
+			return store.ErrNotRedrivable
 		}
 		failed, err := lastStepEnd(tx, p.ID, execution)
 		if err != nil {
 			return err
 		}
-		if failed.Type != reprise.EventStepFailed {
-			return reprise.ErrNotRedrivable
+		if failed.Type != store.EventStepFailed {
+			return store.ErrNotRedrivable
 		}
 		n, err := tx.exec(`
 			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout,
@@ -49,7 +49,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 		}
 		if n == 0 {
 			// The step failed before the store kept failed steps.
-			return reprise.ErrNotRedrivable
+			return store.ErrNotRedrivable
 		}
 		_, err = tx.exec(`DELETE FROM failed_steps WHERE run_id = ? AND execution = ? AND position = ?`,
 			p.ID, execution, failed.Position)
@@ -62,8 +62,8 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 		if err != nil {
 			return err
 		}
-		redriven := []reprise.Event{{
-			Type: reprise.EventRunRedriven, Execution: execution, Position: failed.Position, Step: failed.Step, Reason: p.By,
+		redriven := []store.Event{{
+			Type: store.EventRunRedriven, Execution: execution, Position: failed.Position, Step: failed.Step, Reason: p.By,
 		}}
 		if err := tx.appendEvents(p.ID, last, redriven, nil); err != nil {
 			return err
@@ -78,22 +78,22 @@ func (s *Store) RunRedrive(ctx context.Context, p *reprise.RunRedriveParams) (*r
 }
 
 // SignalSend appends SignalReceived to an active run's current execution.
-func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*reprise.Outcome, error) {
-	body, err := eventrow.Body(reprise.Event{Type: reprise.EventSignalReceived, Step: p.Name, Input: p.Payload})
+func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*store.Outcome, error) {
+	body, err := eventrow.Body(store.Event{Type: store.EventSignalReceived, Step: p.Name, Input: p.Payload})
 	if err != nil {
 		return nil, fmt.Errorf("signal run %s: %w", p.RunID, err)
 	}
-	var out *reprise.Outcome
+	var out *store.Outcome
 	err = s.write(ctx, func(tx *txn) error {
 		r, err := tx.activeRun(p.RunID, false)
 		if err != nil {
 			return err
 		}
-		events := []reprise.Event{{Type: reprise.EventSignalReceived, Execution: r.execution, Step: p.Name, Input: p.Payload}}
+		events := []store.Event{{Type: store.EventSignalReceived, Execution: r.execution, Step: p.Name, Input: p.Payload}}
 		if err := tx.appendEvents(p.RunID, r.last, events, [][]byte{body}); err != nil {
 			return err
 		}
-		out = &reprise.Outcome{RunID: p.RunID, Owner: r.owner, Events: events}
+		out = &store.Outcome{RunID: p.RunID, Owner: r.owner, Events: events}
 		return nil
 	})
 	if err != nil {
@@ -105,20 +105,20 @@ func (s *Store) SignalSend(ctx context.Context, p *reprise.SignalSendParams) (*r
 // lastStepEnd returns the last StepCompleted or StepFailed event of the
 // run's execution, or a zero Event. It reads the history backwards, a row
 // at a time.
-func lastStepEnd(tx *txn, runID string, execution int) (reprise.Event, error) {
+func lastStepEnd(tx *txn, runID string, execution int) (store.Event, error) {
 	rows, err := tx.query(`SELECT seq, execution, at, body FROM events WHERE run_id = ? ORDER BY seq DESC`, runID)
 	if err != nil {
-		return reprise.Event{}, err
+		return store.Event{}, err
 	}
 	defer rows.Close()
-	var events []reprise.Event
+	var events []store.Event
 	for rows.Next() {
 		if events, err = scanEvents(rows, events[:0], 0); err != nil {
-			return reprise.Event{}, err
+			return store.Event{}, err
 		}
 		if e, ok := eventrow.LastStepEnd(events, execution); ok {
 			return e, nil
 		}
 	}
-	return reprise.Event{}, rows.Err()
+	return store.Event{}, rows.Err()
 }

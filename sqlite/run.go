@@ -7,10 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"slices"
 	"strings"
-
-	"reprise"
 )
 
 // runColumns are the columns scanRun reads. A run's updated time is its
@@ -20,8 +19,8 @@ const runColumns = `id, workflow, status, execution, coalesce(parent_id, ''), in
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanRun(row scanner) (*reprise.Run, error) {
-	var r reprise.Run
+func scanRun(row scanner) (*store.Run, error) {
+	var r store.Run
 	var status string
 	var input, output, errJSON []byte
 	var created int64
@@ -30,9 +29,9 @@ func scanRun(row scanner) (*reprise.Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.Status, r.Input, r.Output = reprise.RunStatus(status), input, output
+	r.Status, r.Input, r.Output = store.RunStatus(status), input, output
 	if errJSON != nil {
-		r.Error = &reprise.ErrorInfo{}
+		r.Error = &store.ErrorInfo{}
 		if err := json.Unmarshal(errJSON, r.Error); err != nil {
 			return nil, fmt.Errorf("decode error of run %s: %w", r.ID, err)
 		}
@@ -42,40 +41,40 @@ func scanRun(row scanner) (*reprise.Run, error) {
 	return &r, nil
 }
 
-func getRun(tx *txn, id string) (*reprise.Run, error) {
+func getRun(tx *txn, id string) (*store.Run, error) {
 	run, err := scanRun(tx.queryRow(`SELECT `+runColumns+` FROM runs WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, reprise.ErrNotFound
+		return nil, store.ErrNotFound
 	}
 	return run, err
 }
 
 // RunCreate creates a run, or returns the existing one with the id. With
 // p.First, the new run is created running and the advance recorded at once.
-func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (reprise.RunLease, bool, error) {
-	startedBody, err := encodeEvents([]reprise.Event{{Type: reprise.EventRunStarted, Workflow: p.Workflow, Input: p.Input}})
+func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.RunLease, bool, error) {
+	startedBody, err := encodeEvents([]store.Event{{Type: store.EventRunStarted, Workflow: p.Workflow, Input: p.Input}})
 	if err != nil {
-		return reprise.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
+		return store.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
 	}
-	status := reprise.RunPending
+	status := store.RunPending
 	if p.Owner != "" {
-		status = reprise.RunRunning
+		status = store.RunRunning
 	}
 	var first *preparedAdvance
 	if p.First != nil {
 		if p.Owner == "" {
-			return reprise.RunLease{}, false, fmt.Errorf("create run %s: a first advance needs an owner", p.ID)
+			return store.RunLease{}, false, fmt.Errorf("create run %s: a first advance needs an owner", p.ID)
 		}
 		fp := *p.First
 		fp.RunID = p.ID
 		if first, err = prepareAdvance(&fp); err != nil {
-			return reprise.RunLease{}, false, fmt.Errorf("create run %s: first advance: %w", p.ID, err)
+			return store.RunLease{}, false, fmt.Errorf("create run %s: first advance: %w", p.ID, err)
 		}
 	}
-	var lease reprise.RunLease
+	var lease store.RunLease
 	var created bool
 	err = s.write(ctx, func(tx *txn) error {
-		lease, created = reprise.RunLease{}, false
+		lease, created = store.RunLease{}, false
 		var until, token int64
 		if p.Owner != "" {
 			until, token = tx.nanos+int64(p.LeaseTTL), 1
@@ -94,17 +93,17 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 			lease.Run, err = getRun(tx, p.ID)
 			return err
 		}
-		started := []reprise.Event{{Type: reprise.EventRunStarted, Execution: 1, Workflow: p.Workflow, Input: p.Input}}
+		started := []store.Event{{Type: store.EventRunStarted, Execution: 1, Workflow: p.Workflow, Input: p.Input}}
 		if first == nil {
 			if err := tx.appendEvents(p.ID, 0, started, startedBody); err != nil {
 				return err
 			}
 		}
-		run := &reprise.Run{
+		run := &store.Run{
 			ID: p.ID, Workflow: p.Workflow, Status: status, Input: p.Input,
 			Execution: 1, ParentID: p.ParentID, CreatedAt: tx.now, UpdatedAt: tx.now,
 		}
-		lease = reprise.RunLease{Token: token, Run: run}
+		lease = store.RunLease{Token: token, Run: run}
 		if first != nil {
 			// RunStarted goes in with the advance's events, in one insert.
 			state := runState{
@@ -123,14 +122,14 @@ func (s *Store) RunCreate(ctx context.Context, p *reprise.RunCreateParams) (repr
 		return nil
 	})
 	if err != nil {
-		return reprise.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
+		return store.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
 	}
 	return lease, created, nil
 }
 
 // RunGet returns a run.
-func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
-	var run *reprise.Run
+func (s *Store) RunGet(ctx context.Context, id string) (*store.Run, error) {
+	var run *store.Run
 	err := s.read(ctx, func(tx *txn) (err error) {
 		run, err = getRun(tx, id)
 		return err
@@ -142,7 +141,7 @@ func (s *Store) RunGet(ctx context.Context, id string) (*reprise.Run, error) {
 }
 
 // RunList lists runs, newest first.
-func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error) {
+func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
 	var where []string
 	var args []any
 	if p.Status != "" {
@@ -162,7 +161,7 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 	query += ` ORDER BY created_at DESC, id DESC LIMIT +?`
 	args = append(args, cmp.Or(p.Limit, 100))
 
-	var runs []*reprise.Run
+	var runs []*store.Run
 	err := s.read(ctx, func(tx *txn) error {
 		runs = runs[:0]
 		rows, err := tx.query(query, args...)
@@ -188,11 +187,11 @@ func (s *Store) RunList(ctx context.Context, p *reprise.RunListParams) ([]*repri
 // statusIndexed returns, for a status that a partial index holds, that
 // index's condition, for a query on the status to repeat: SQLite uses a
 // partial index only for a query whose WHERE has its condition in it.
-func statusIndexed(s reprise.RunStatus) string {
+func statusIndexed(s store.RunStatus) string {
 	switch s {
-	case reprise.RunPending, reprise.RunRunning:
+	case store.RunPending, store.RunRunning:
 		return ` AND status IN ('pending', 'running')`
-	case reprise.RunFailed, reprise.RunCancelled:
+	case store.RunFailed, store.RunCancelled:
 		return ` AND status IN ('failed', 'cancelled')`
 	}
 	return ""
@@ -200,7 +199,7 @@ func statusIndexed(s reprise.RunStatus) string {
 
 // RunClaim leases active runs whose lease is free or has lapsed, oldest
 // first, each with a new token.
-func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]reprise.RunLease, error) {
+func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.RunLease, error) {
 	filter := ""
 	if p.Workflows != nil {
 		filter = "AND workflow IN (" + placeholders(len(p.Workflows)) + ")"
@@ -212,7 +211,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 			WHERE status IN ('pending', 'running') AND lease_until <= ? ` + filter + `
 			ORDER BY created_at, id LIMIT +?)
 		RETURNING id, token`
-	var leases []reprise.RunLease
+	var leases []store.RunLease
 	err := s.write(ctx, func(tx *txn) error {
 		leases = leases[:0]
 		args := []any{p.Owner, tx.nanos + int64(p.LeaseTTL), tx.nanos}
@@ -226,8 +225,8 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var l reprise.RunLease
-			l.Run = &reprise.Run{}
+			var l store.RunLease
+			l.Run = &store.Run{}
 			if err := rows.Scan(&l.Run.ID, &l.Token); err != nil {
 				return err
 			}
@@ -241,7 +240,7 @@ func (s *Store) RunClaim(ctx context.Context, p *reprise.RunClaimParams) ([]repr
 				return err
 			}
 		}
-		slices.SortFunc(leases, func(a, b reprise.RunLease) int {
+		slices.SortFunc(leases, func(a, b store.RunLease) int {
 			return cmp.Or(a.Run.CreatedAt.Compare(b.Run.CreatedAt), strings.Compare(a.Run.ID, b.Run.ID))
 		})
 		return nil
@@ -258,7 +257,7 @@ func placeholders(n int) string {
 
 // RunRenew sets the owner's run leases to lapse LeaseTTL from now, or
 // releases them when LeaseTTL is zero.
-func (s *Store) RunRenew(ctx context.Context, p *reprise.RunRenewParams) error {
+func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 	err := s.write(ctx, func(tx *txn) error {
 		if p.LeaseTTL <= 0 {
 			_, err := tx.exec(`

@@ -13,14 +13,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reprise/store"
 	"runtime"
 	"strings"
 	"time"
-
-	"reprise"
 )
 
-var _ reprise.Store = (*Store)(nil)
+var _ store.Store = (*Store)(nil)
 
 // Options configures a Store. The zero value works.
 type Options struct {

@@ -2,24 +2,24 @@ package sqlite_test
 
 import (
 	"path/filepath"
+	"reprise/store"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/sqlite"
 	"reprise/storetest"
 )
 
 func TestStoreFile(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T, now func() time.Time) reprise.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return open(t, filepath.Join(t.TempDir(), "reprise.db"), now)
 	})
 }
 
 func TestStoreMemory(t *testing.T) {
 	t.Parallel()
-	storetest.Run(t, func(t *testing.T, now func() time.Time) reprise.Store {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return open(t, ":memory:", now)
 	})
 }
@@ -42,7 +42,7 @@ func open(t *testing.T, path string, now func() time.Time) *sqlite.Store {
 
 func TestEngines(t *testing.T) {
 	t.Parallel()
-	storetest.Engines(t, func(t *testing.T) (reprise.Store, reprise.Store) {
+	storetest.Engines(t, func(t *testing.T) (store.Store, store.Store) {
 		path := filepath.Join(t.TempDir(), "reprise.db")
 		first, err := sqlite.Open(path, &sqlite.Options{Synchronous: "OFF"})
 		if err != nil {

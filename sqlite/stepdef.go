@@ -5,15 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-
-	"reprise"
+	"reprise/store"
 )
 
 // stepDefColumns are the columns scanStepDef reads.
 const stepDefColumns = `name, version, kind, url, policy, created_at, deleted_at`
 
-func scanStepDef(row scanner) (*reprise.StepDefinition, error) {
-	var d reprise.StepDefinition
+func scanStepDef(row scanner) (*store.StepDefinition, error) {
+	var d store.StepDefinition
 	var created int64
 	var deleted sql.NullInt64
 	if err := row.Scan(&d.Name, &d.Version, &d.Kind, &d.URL, &d.Policy, &created, &deleted); err != nil {
@@ -28,7 +27,7 @@ func scanStepDef(row scanner) (*reprise.StepDefinition, error) {
 
 // latestStepDef returns the greatest version of a step, deleted or not,
 // or nil for a name never defined.
-func latestStepDef(tx *txn, name string) (*reprise.StepDefinition, error) {
+func latestStepDef(tx *txn, name string) (*store.StepDefinition, error) {
 	d, err := scanStepDef(tx.queryRow(`
 		SELECT `+stepDefColumns+` FROM step_definitions WHERE name = ? ORDER BY version DESC LIMIT 1`, name))
 	if errors.Is(err, sql.ErrNoRows) {
@@ -39,8 +38,8 @@ func latestStepDef(tx *txn, name string) (*reprise.StepDefinition, error) {
 
 // StepDefine records a new version of a step, or returns the current one
 // if it is the same definition.
-func (s *Store) StepDefine(ctx context.Context, p *reprise.StepDefineParams) (*reprise.StepDefinition, bool, error) {
-	var def *reprise.StepDefinition
+func (s *Store) StepDefine(ctx context.Context, p *store.StepDefineParams) (*store.StepDefinition, bool, error) {
+	var def *store.StepDefinition
 	var created bool
 	err := s.write(ctx, func(tx *txn) error {
 		latest, err := latestStepDef(tx, p.Name)
@@ -58,7 +57,7 @@ func (s *Store) StepDefine(ctx context.Context, p *reprise.StepDefineParams) (*r
 		if err != nil {
 			return err
 		}
-		def = &reprise.StepDefinition{Name: p.Name, Version: version, Kind: p.Kind, URL: p.URL, Policy: p.Policy,
+		def = &store.StepDefinition{Name: p.Name, Version: version, Kind: p.Kind, URL: p.URL, Policy: p.Policy,
 			CreatedAt: tx.now}
 		created = true
 		return nil
@@ -70,21 +69,21 @@ func (s *Store) StepDefine(ctx context.Context, p *reprise.StepDefineParams) (*r
 }
 
 // StepDefGet returns a step's current version, or the version asked for.
-func (s *Store) StepDefGet(ctx context.Context, p *reprise.StepDefGetParams) (*reprise.StepDefinition, error) {
-	var def *reprise.StepDefinition
+func (s *Store) StepDefGet(ctx context.Context, p *store.StepDefGetParams) (*store.StepDefinition, error) {
+	var def *store.StepDefinition
 	err := s.read(ctx, func(tx *txn) error {
 		var err error
 		if p.Version == 0 {
 			def, err = latestStepDef(tx, p.Name)
 			if err == nil && (def == nil || !def.DeletedAt.IsZero()) {
-				err = reprise.ErrNotFound
+				err = store.ErrNotFound
 			}
 			return err
 		}
 		def, err = scanStepDef(tx.queryRow(`
 			SELECT `+stepDefColumns+` FROM step_definitions WHERE name = ? AND version = ?`, p.Name, p.Version))
 		if errors.Is(err, sql.ErrNoRows) {
-			return reprise.ErrNotFound
+			return store.ErrNotFound
 		}
 		return err
 	})
@@ -95,8 +94,8 @@ func (s *Store) StepDefGet(ctx context.Context, p *reprise.StepDefGetParams) (*r
 }
 
 // StepDefList returns the current version of each step not deleted.
-func (s *Store) StepDefList(ctx context.Context, _ *reprise.StepDefListParams) ([]*reprise.StepDefinition, error) {
-	defs := []*reprise.StepDefinition{}
+func (s *Store) StepDefList(ctx context.Context, _ *store.StepDefListParams) ([]*store.StepDefinition, error) {
+	defs := []*store.StepDefinition{}
 	err := s.read(ctx, func(tx *txn) error {
 		rows, err := tx.query(`
 			SELECT ` + stepDefColumns + ` FROM step_definitions d
@@ -122,20 +121,20 @@ func (s *Store) StepDefList(ctx context.Context, _ *reprise.StepDefListParams) (
 }
 
 // StepDefDelete deletes a step unless it is in use.
-func (s *Store) StepDefDelete(ctx context.Context, p *reprise.StepDefDeleteParams) error {
+func (s *Store) StepDefDelete(ctx context.Context, p *store.StepDefDeleteParams) error {
 	err := s.write(ctx, func(tx *txn) error {
 		latest, err := latestStepDef(tx, p.Name)
 		if err != nil {
 			return err
 		}
 		if latest == nil || !latest.DeletedAt.IsZero() {
-			return reprise.ErrNotFound
+			return store.ErrNotFound
 		}
 		if !p.Force {
 			var runID string
 			err := tx.queryRow(`SELECT run_id FROM tasks WHERE step = ? LIMIT 1`, p.Name).Scan(&runID)
 			if err == nil {
-				return fmt.Errorf("%w: run %s has a task of it", reprise.ErrStepInUse, runID)
+				return fmt.Errorf("%w: run %s has a task of it", store.ErrStepInUse, runID)
 			}
 			if !errors.Is(err, sql.ErrNoRows) {
 				return err
@@ -144,7 +143,7 @@ func (s *Store) StepDefDelete(ctx context.Context, p *reprise.StepDefDeleteParam
 				err := tx.queryRow(`
 					SELECT id FROM runs WHERE workflow = ? AND status IN ('pending', 'running') LIMIT 1`, wf).Scan(&runID)
 				if err == nil {
-					return fmt.Errorf("%w: run %s of workflow %s is active", reprise.ErrStepInUse, runID, wf)
+					return fmt.Errorf("%w: run %s of workflow %s is active", store.ErrStepInUse, runID, wf)
 				}
 				if !errors.Is(err, sql.ErrNoRows) {
 					return err

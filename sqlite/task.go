@@ -6,10 +6,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"strings"
 	"time"
-
-	"reprise"
 )
 
 // taskColumns are the columns scanTask reads.
@@ -18,8 +17,8 @@ const taskColumns = `id, run_id, execution, position, step, input, idempotency_k
 
 // scanTask reads a task, and into extra the columns a query selects after
 // taskColumns.
-func scanTask(row scanner, extra ...any) (*reprise.Task, error) {
-	var t reprise.Task
+func scanTask(row scanner, extra ...any) (*store.Task, error) {
+	var t store.Task
 	var input, policy []byte
 	var timeout int64
 	var leaseUntil, startedAt, firstStartedAt sql.NullInt64
@@ -68,8 +67,8 @@ func readyTasksSQL(n int) string {
 
 // TaskClaim leases the oldest ready tasks, up to each step's quota and the
 // total limit, and appends AttemptStarted for each.
-func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*reprise.Task, error) {
-	var quotas []reprise.StepQuota
+func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*store.Task, error) {
+	var quotas []store.StepQuota
 	total := 0
 	for _, q := range p.Steps {
 		if q.Limit > 0 {
@@ -84,7 +83,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 		return nil, nil
 	}
 	query := readyTasksSQL(len(quotas))
-	var tasks []*reprise.Task
+	var tasks []*store.Task
 	err := s.write(ctx, func(tx *txn) error {
 		args := []any{tx.nanos, total}
 		for _, q := range quotas {
@@ -104,12 +103,12 @@ func (s *Store) TaskClaim(ctx context.Context, p *reprise.TaskClaimParams) ([]*r
 // new token, with a lease cut to the attempt's timeout. It appends
 // AttemptStarted for each. The write transaction holds SQLite's one write
 // lock, so nothing can claim the tasks between the query and the update.
-func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*reprise.Task, error) {
+func (tx *txn) claim(query string, args []any, p *store.TaskClaimParams) ([]*store.Task, error) {
 	rows, err := tx.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
-	var tasks []*reprise.Task
+	var tasks []*store.Task
 	last := map[string]int64{} // each run's last Seq, as the claim appends
 	for rows.Next() {
 		var seq int64
@@ -147,8 +146,8 @@ func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*r
 		if err != nil {
 			return nil, err
 		}
-		started := []reprise.Event{{
-			Type: reprise.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
+		started := []store.Event{{
+			Type: store.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
 			Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
 		}}
 		if err := tx.appendEvents(t.RunID, last[t.RunID], started, nil); err != nil {
@@ -168,12 +167,12 @@ func (tx *txn) claim(query string, args []any, p *reprise.TaskClaimParams) ([]*r
 }
 
 // TaskGet returns a task as it stands.
-func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
-	var task *reprise.Task
+func (s *Store) TaskGet(ctx context.Context, id int64) (*store.Task, error) {
+	var task *store.Task
 	err := s.read(ctx, func(tx *txn) error {
 		t, err := scanTask(tx.queryRow(`SELECT `+taskColumns+` FROM tasks WHERE id = ?`, id))
 		if errors.Is(err, sql.ErrNoRows) {
-			return reprise.ErrNotFound
+			return store.ErrNotFound
 		}
 		task = t
 		return err
@@ -185,8 +184,8 @@ func (s *Store) TaskGet(ctx context.Context, id int64) (*reprise.Task, error) {
 }
 
 // TaskAttemptList returns the kept attempts of a task, by token.
-func (s *Store) TaskAttemptList(ctx context.Context, p *reprise.TaskAttemptListParams) ([]reprise.TaskAttempt, error) {
-	var attempts []reprise.TaskAttempt
+func (s *Store) TaskAttemptList(ctx context.Context, p *store.TaskAttemptListParams) ([]store.TaskAttempt, error) {
+	var attempts []store.TaskAttempt
 	err := s.read(ctx, func(tx *txn) error {
 		attempts = attempts[:0]
 		rows, err := tx.query(`
@@ -197,7 +196,7 @@ func (s *Store) TaskAttemptList(ctx context.Context, p *reprise.TaskAttemptListP
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var a reprise.TaskAttempt
+			var a store.TaskAttempt
 			if err := rows.Scan(&a.TaskID, &a.Token, &a.RunID, &a.Execution, &a.Position, &a.Attempt); err != nil {
 				return err
 			}
@@ -213,7 +212,7 @@ func (s *Store) TaskAttemptList(ctx context.Context, p *reprise.TaskAttemptListP
 
 // TaskHeartbeat extends a live lease to now+LeaseTTL, never past the
 // attempt's timeout.
-func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParams) (time.Time, error) {
+func (s *Store) TaskHeartbeat(ctx context.Context, p *store.TaskHeartbeatParams) (time.Time, error) {
 	var until int64
 	err := s.write(ctx, func(tx *txn) error {
 		err := tx.queryRow(`
@@ -223,7 +222,7 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p *reprise.TaskHeartbeatParam
 			WHERE id = ?3 AND token = ?4 AND lease_until > ?1
 			RETURNING lease_until`, tx.nanos, int64(p.LeaseTTL), p.TaskID, p.Token).Scan(&until)
 		if errors.Is(err, sql.ErrNoRows) {
-			return reprise.ErrLeaseLost
+			return store.ErrLeaseLost
 		}
 		return err
 	})
@@ -264,14 +263,14 @@ func (tx *txn) leasedAttempt(taskID, token int64, lapsed bool) (attempt, error) 
 		WHERE t.id = ? AND t.token = ? AND `+lease, taskID, token, tx.nanos).
 		Scan(&a.runID, &a.execution, &a.position, &a.step, &a.attempt, &a.owner, &a.last)
 	if errors.Is(err, sql.ErrNoRows) {
-		return a, reprise.ErrLeaseLost
+		return a, store.ErrLeaseLost
 	}
 	return a, err
 }
 
 // report appends a report's events to the attempt's run and returns them
 // as its outcome.
-func (tx *txn) report(a attempt, events ...reprise.Event) (*reprise.Outcome, error) {
+func (tx *txn) report(a attempt, events ...store.Event) (*store.Outcome, error) {
 	for i := range events {
 		e := &events[i]
 		e.Execution, e.Position, e.Step, e.Attempt = a.execution, a.position, a.step, a.attempt
@@ -279,12 +278,12 @@ func (tx *txn) report(a attempt, events ...reprise.Event) (*reprise.Outcome, err
 	if err := tx.appendEvents(a.runID, a.last, events, nil); err != nil {
 		return nil, err
 	}
-	return &reprise.Outcome{RunID: a.runID, Owner: a.owner, Events: events}, nil
+	return &store.Outcome{RunID: a.runID, Owner: a.owner, Events: events}, nil
 }
 
 // TaskComplete records a successful attempt and removes its task.
-func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams) (*reprise.Outcome, error) {
-	var out *reprise.Outcome
+func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (*store.Outcome, error) {
+	var out *store.Outcome
 	err := s.write(ctx, func(tx *txn) error {
 		a, err := tx.leasedAttempt(p.TaskID, p.Token, false)
 		if err != nil {
@@ -293,7 +292,7 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 		if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, p.TaskID); err != nil {
 			return err
 		}
-		out, err = tx.report(a, reprise.Event{Type: reprise.EventStepCompleted, Output: p.Output})
+		out, err = tx.report(a, store.Event{Type: store.EventStepCompleted, Output: p.Output})
 		return err
 	})
 	if err != nil {
@@ -304,18 +303,18 @@ func (s *Store) TaskComplete(ctx context.Context, p *reprise.TaskCompleteParams)
 
 // TaskFail records a failed attempt and the policy's decision: the task is
 // ready again at the retry time, or the step fails and the task goes.
-func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*reprise.Outcome, error) {
+func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.Outcome, error) {
 	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
 	if leaseNext && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
 		return nil, fmt.Errorf("fail task %d: next attempt is to be leased: want LeaseOwner and LeaseTTL", p.TaskID)
 	}
-	var out *reprise.Outcome
+	var out *store.Outcome
 	err := s.write(ctx, func(tx *txn) error {
 		a, err := tx.leasedAttempt(p.TaskID, p.Token, p.Expired)
 		if err != nil {
 			return err
 		}
-		failed := reprise.Event{Type: reprise.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
+		failed := store.Event{Type: store.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
 		if !p.Retry {
 			failed.Reason = p.Reason
 			// The step is kept as it failed, for a redrive.
@@ -332,7 +331,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 			if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, p.TaskID); err != nil {
 				return err
 			}
-			out, err = tx.report(a, failed, reprise.Event{Type: reprise.EventStepFailed, Error: &p.Error, Reason: p.Reason})
+			out, err = tx.report(a, failed, store.Event{Type: store.EventStepFailed, Error: &p.Error, Reason: p.Reason})
 			return err
 		}
 		failed.Delay, failed.RetryAt = p.Delay, tx.now.Add(p.Delay)
@@ -363,7 +362,7 @@ func (s *Store) TaskFail(ctx context.Context, p *reprise.TaskFailParams) (*repri
 // starts under a new token, leased to p.LeaseOwner as a claim would lease
 // it, in the same statement that releases the failed one. AttemptStarted
 // follows AttemptFailed, and the leased task is the outcome's Next.
-func (tx *txn) retryLeased(p *reprise.TaskFailParams, a attempt, failed reprise.Event) (*reprise.Outcome, error) {
+func (tx *txn) retryLeased(p *store.TaskFailParams, a attempt, failed store.Event) (*store.Outcome, error) {
 	// An UPDATE and a SELECT cost less than UPDATE ... RETURNING.
 	_, err := tx.exec(`
 		UPDATE tasks SET attempt = attempt + 1, token = token + 1, owner = ?1, ready_at = ?2, started_at = ?2,
@@ -383,8 +382,8 @@ func (tx *txn) retryLeased(p *reprise.TaskFailParams, a attempt, failed reprise.
 	if err != nil {
 		return nil, err
 	}
-	started := []reprise.Event{{
-		Type: reprise.EventAttemptStarted, Execution: next.Execution, Position: next.Position, Step: next.Step,
+	started := []store.Event{{
+		Type: store.EventAttemptStarted, Execution: next.Execution, Position: next.Position, Step: next.Step,
 		Attempt: next.Attempt, Worker: p.LeaseOwner, LeaseUntil: next.LeaseUntil, IdempotencyKey: next.IdempotencyKey,
 	}}
 	if err := tx.appendEvents(a.runID, a.last+1, started, nil); err != nil {
@@ -396,8 +395,8 @@ func (tx *txn) retryLeased(p *reprise.TaskFailParams, a attempt, failed reprise.
 
 // TaskListExpired returns leased tasks whose lease has lapsed, earliest
 // expiry first.
-func (s *Store) TaskListExpired(ctx context.Context, p *reprise.TaskListExpiredParams) ([]*reprise.Task, error) {
-	var tasks []*reprise.Task
+func (s *Store) TaskListExpired(ctx context.Context, p *store.TaskListExpiredParams) ([]*store.Task, error) {
+	var tasks []*store.Task
 	err := s.read(ctx, func(tx *txn) error {
 		tasks = tasks[:0]
 		rows, err := tx.query(`

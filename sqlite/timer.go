@@ -5,16 +5,15 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"reprise/store"
 	"slices"
 	"time"
-
-	"reprise"
 )
 
 // TimerFire fires due timers, earliest first: appends TimerFired for each
 // and deletes it. It returns one Outcome per run.
-func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*reprise.Outcome, error) {
-	var outcomes []*reprise.Outcome
+func (s *Store) TimerFire(ctx context.Context, p *store.TimerFireParams) ([]*store.Outcome, error) {
+	var outcomes []*store.Outcome
 	err := s.write(ctx, func(tx *txn) error {
 		outcomes = outcomes[:0]
 		rows, err := tx.query(`
@@ -47,13 +46,13 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 
 		// One outcome per run, in the order of their first timer.
 		var runs []string
-		byRun := map[string][]reprise.Event{}
+		byRun := map[string][]store.Event{}
 		for _, t := range fired {
 			if byRun[t.runID] == nil {
 				runs = append(runs, t.runID)
 			}
-			byRun[t.runID] = append(byRun[t.runID], reprise.Event{
-				Type: reprise.EventTimerFired, Execution: t.execution, Position: t.position,
+			byRun[t.runID] = append(byRun[t.runID], store.Event{
+				Type: store.EventTimerFired, Execution: t.execution, Position: t.position,
 			})
 		}
 		for _, id := range runs {
@@ -74,10 +73,10 @@ func (s *Store) TimerFire(ctx context.Context, p *reprise.TimerFireParams) ([]*r
 // NextWake returns the earliest ready time of an unleased task of the
 // given steps (any step when nil), the earliest lease expiry and the
 // earliest timer.
-func (s *Store) NextWake(ctx context.Context, p *reprise.NextWakeParams) (reprise.Wake, error) {
-	var w reprise.Wake
+func (s *Store) NextWake(ctx context.Context, p *store.NextWakeParams) (store.Wake, error) {
+	var w store.Wake
 	err := s.read(ctx, func(tx *txn) error {
-		w = reprise.Wake{}
+		w = store.Wake{}
 		earliest := func(query string, args ...any) (time.Time, error) {
 			var n sql.NullInt64
 			if err := tx.queryRow(query, args...).Scan(&n); err != nil || !n.Valid {
@@ -109,7 +108,7 @@ func (s *Store) NextWake(ctx context.Context, p *reprise.NextWakeParams) (repris
 		return err
 	})
 	if err != nil {
-		return reprise.Wake{}, fmt.Errorf("next wake: %w", err)
+		return store.Wake{}, fmt.Errorf("next wake: %w", err)
 	}
 	return w, nil
 }

@@ -4,16 +4,15 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-
-	"reprise"
+	"reprise/store"
 )
 
 // TaskListWaiting returns the tasks ready for at least p.ReadyFor that no
 // one holds, oldest ready first. A run's own are found by its key; the
 // list of all scans the ready tasks, which a report every few seconds can
 // afford and the claim path, which never calls it, need not index for.
-func (s *Store) TaskListWaiting(ctx context.Context, p *reprise.TaskListWaitingParams) ([]reprise.WaitingTask, error) {
-	var out []reprise.WaitingTask
+func (s *Store) TaskListWaiting(ctx context.Context, p *store.TaskListWaitingParams) ([]store.WaitingTask, error) {
+	var out []store.WaitingTask
 	err := s.read(ctx, func(tx *txn) error {
 		out = out[:0]
 		before := tx.nanos - int64(max(p.ReadyFor, 0))
@@ -33,7 +32,7 @@ func (s *Store) TaskListWaiting(ctx context.Context, p *reprise.TaskListWaitingP
 		}
 		defer r.Close()
 		for r.Next() {
-			var w reprise.WaitingTask
+			var w store.WaitingTask
 			var readyAt int64
 			if err := r.Scan(&w.TaskID, &w.RunID, &w.Position, &w.Step, &readyAt); err != nil {
 				return err

@@ -3,14 +3,13 @@ package storetest
 import (
 	"encoding/json"
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // leased returns s marked to be leased as it is scheduled.
-func leased(s reprise.StepSpec) reprise.StepSpec {
+func leased(s store.StepSpec) store.StepSpec {
 	s.Lease = true
 	return s
 }
@@ -26,15 +25,15 @@ func testRunAdvanceLease(t *testing.T, open Open) {
 		charge := leased(withTimeout(newStep(1, "charge"), 10*time.Second))
 		ship := newStep(2, "ship")
 		email := leased(newStep(3, "email"))
-		adv := f.advanced(lease, reprise.RunAdvanceParams{
+		adv := f.advanced(lease, store.RunAdvanceParams{
 			LeaseOwner: worker, LeaseTTL: minute,
-			Steps: []reprise.StepSpec{email, ship, charge},
+			Steps: []store.StepSpec{email, ship, charge},
 		})
 		if len(adv.Tasks) != 2 {
 			t.Fatalf("Advanced.Tasks has %d tasks, want 2", len(adv.Tasks))
 		}
 		for i, want := range []struct {
-			s     reprise.StepSpec
+			s     store.StepSpec
 			until time.Time
 		}{{charge, now.Add(10 * time.Second)}, {email, now.Add(minute)}} {
 			task := adv.Tasks[i]
@@ -53,13 +52,13 @@ func testRunAdvanceLease(t *testing.T, open Open) {
 				t.Fatalf("TaskGet = %+v, %v; want the leased task %+v", got, err, task)
 			}
 		}
-		attemptStarted := func(seq int64, s reprise.StepSpec, until time.Time) reprise.Event {
-			return reprise.Event{
-				Seq: seq, Type: reprise.EventAttemptStarted, At: now, Execution: 1, Position: s.Position, Step: s.Name,
+		attemptStarted := func(seq int64, s store.StepSpec, until time.Time) store.Event {
+			return store.Event{
+				Seq: seq, Type: store.EventAttemptStarted, At: now, Execution: 1, Position: s.Position, Step: s.Name,
 				Attempt: 1, Worker: worker, LeaseUntil: until, IdempotencyKey: s.IdempotencyKey,
 			}
 		}
-		want := []reprise.Event{
+		want := []store.Event{
 			stepScheduled(2, now, charge),
 			attemptStarted(3, charge, now.Add(10*time.Second)),
 			stepScheduled(4, now, ship),
@@ -73,12 +72,12 @@ func testRunAdvanceLease(t *testing.T, open Open) {
 		f.claimNone("charge")
 		f.claimNone("email")
 		f.claimOne("ship")
-		requireWake(f, []string{"charge"}, reprise.Wake{Lease: now.Add(10 * time.Second)})
+		requireWake(f, []string{"charge"}, store.Wake{Lease: now.Add(10 * time.Second)})
 
 		// The leaseholder reports as a claimer would.
 		out := f.complete(adv.Tasks[0])
-		requireEvents(t, out.Events, []reprise.Event{{
-			Seq: 8, Type: reprise.EventStepCompleted, At: now, Execution: 1, Position: 1, Step: "charge",
+		requireEvents(t, out.Events, []store.Event{{
+			Seq: 8, Type: store.EventStepCompleted, At: now, Execution: 1, Position: 1, Step: "charge",
 			Attempt: 1, Output: json.RawMessage(`"done"`),
 		}})
 		f.clock.Advance(30 * time.Second)
@@ -94,8 +93,8 @@ func testRunAdvanceLease(t *testing.T, open Open) {
 
 		lease := f.create("run-1")
 		before := f.history("run-1")
-		_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{
-			RunID: "run-1", Token: lease.Token, Steps: []reprise.StepSpec{leased(newStep(1, "charge"))},
+		_, err := f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{
+			RunID: "run-1", Token: lease.Token, Steps: []store.StepSpec{leased(newStep(1, "charge"))},
 		})
 		if err == nil {
 			t.Fatal("RunAdvance leased a step to nobody")
@@ -113,21 +112,21 @@ func testRunAdvanceFeatures(t *testing.T, open Open) {
 		lease := f.create("run-1")
 		now := f.now()
 		charge := newStep(2, "charge")
-		events := f.advance(lease, reprise.RunAdvanceParams{
-			Steps:    []reprise.StepSpec{charge},
-			Timers:   []reprise.TimerSpec{{Position: 5, Delay: time.Second}},
-			Markers:  []reprise.MarkerSpec{{Position: 4, Name: "new-pricing", Version: 2}, {Position: 1, Name: "fix-42", Version: 1}},
-			Children: []reprise.ChildSpec{{Position: 3, ID: "child-1", Workflow: "refund", Input: json.RawMessage(`{"amount":5}`)}},
+		events := f.advance(lease, store.RunAdvanceParams{
+			Steps:    []store.StepSpec{charge},
+			Timers:   []store.TimerSpec{{Position: 5, Delay: time.Second}},
+			Markers:  []store.MarkerSpec{{Position: 4, Name: "new-pricing", Version: 2}, {Position: 1, Name: "fix-42", Version: 1}},
+			Children: []store.ChildSpec{{Position: 3, ID: "child-1", Workflow: "refund", Input: json.RawMessage(`{"amount":5}`)}},
 		})
-		want := []reprise.Event{
-			{Seq: 2, Type: reprise.EventVersionMarker, At: now, Execution: 1, Position: 1, Step: "fix-42", Version: 1},
+		want := []store.Event{
+			{Seq: 2, Type: store.EventVersionMarker, At: now, Execution: 1, Position: 1, Step: "fix-42", Version: 1},
 			stepScheduled(3, now, charge),
 			{
-				Seq: 4, Type: reprise.EventChildStarted, At: now, Execution: 1, Position: 3, Child: "child-1",
+				Seq: 4, Type: store.EventChildStarted, At: now, Execution: 1, Position: 3, Child: "child-1",
 				Workflow: "refund", Input: json.RawMessage(`{"amount":5}`),
 			},
-			{Seq: 5, Type: reprise.EventVersionMarker, At: now, Execution: 1, Position: 4, Step: "new-pricing", Version: 2},
-			{Seq: 6, Type: reprise.EventTimerScheduled, At: now, Execution: 1, Position: 5, Delay: time.Second, FireAt: now.Add(time.Second)},
+			{Seq: 5, Type: store.EventVersionMarker, At: now, Execution: 1, Position: 4, Step: "new-pricing", Version: 2},
+			{Seq: 6, Type: store.EventTimerScheduled, At: now, Execution: 1, Position: 5, Delay: time.Second, FireAt: now.Add(time.Second)},
 		}
 		requireEvents(t, events, want)
 		requireEvents(t, f.history("run-1")[1:], want)
@@ -140,26 +139,26 @@ func testRunAdvanceFeatures(t *testing.T, open Open) {
 		lease, running := f.busyRun("run-1") // charge running, ship ready, timer 3
 		f.clock.Advance(time.Second)
 		now := f.now()
-		events := f.advance(lease, reprise.RunAdvanceParams{
-			Steps:   []reprise.StepSpec{newStep(4, "email")},
+		events := f.advance(lease, store.RunAdvanceParams{
+			Steps:   []store.StepSpec{newStep(4, "email")},
 			Cancels: []int{1, 3, 4, 9},
 		})
-		requireEvents(t, events, []reprise.Event{
+		requireEvents(t, events, []store.Event{
 			stepScheduled(6, now, newStep(4, "email")),
-			{Seq: 7, Type: reprise.EventStepCancelRequested, At: now, Execution: 1, Position: 1, Step: "charge"},
-			{Seq: 8, Type: reprise.EventStepCancelRequested, At: now, Execution: 1, Position: 4, Step: "email"},
+			{Seq: 7, Type: store.EventStepCancelRequested, At: now, Execution: 1, Position: 1, Step: "charge"},
+			{Seq: 8, Type: store.EventStepCancelRequested, At: now, Execution: 1, Position: 4, Step: "email"},
 		})
 		// The cancelled attempt's result is rejected; its task is gone.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: running.ID, Token: running.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: running.ID, Token: running.Token})
 			return err
 		})
 		_, err := f.store.TaskGet(t.Context(), running.ID)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 		f.claimNone("email")
 		// The cancelled timer never fires; the step not cancelled runs.
 		f.clock.Advance(time.Hour)
-		if out, err := f.store.TimerFire(t.Context(), &reprise.TimerFireParams{}); err != nil || len(out) != 0 {
+		if out, err := f.store.TimerFire(t.Context(), &store.TimerFireParams{}); err != nil || len(out) != 0 {
 			t.Fatalf("TimerFire = %+v, %v; want nothing", out, err)
 		}
 		f.complete(f.claimOne("ship"))
@@ -170,14 +169,14 @@ func testRunAdvanceFeatures(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		lease, running := f.busyRun("run-1")
-		f.advance(lease, reprise.RunAdvanceParams{Children: []reprise.ChildSpec{{Position: 4, ID: "child-1", Workflow: "refund"}}})
+		f.advance(lease, store.RunAdvanceParams{Children: []store.ChildSpec{{Position: 4, ID: "child-1", Workflow: "refund"}}})
 		f.clock.Advance(time.Second)
 		now := f.now()
 		next := json.RawMessage(`{"cursor":2}`)
-		adv := f.advanced(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{ContinueAsNew: true, Input: next}})
-		want := []reprise.Event{
-			{Seq: 7, Type: reprise.EventRunContinuedAsNew, At: now, Execution: 1, Input: next},
-			{Seq: 8, Type: reprise.EventRunStarted, At: now, Execution: 2, Workflow: "order", Input: next},
+		adv := f.advanced(lease, store.RunAdvanceParams{Finish: &store.RunFinish{ContinueAsNew: true, Input: next}})
+		want := []store.Event{
+			{Seq: 7, Type: store.EventRunContinuedAsNew, At: now, Execution: 1, Input: next},
+			{Seq: 8, Type: store.EventRunStarted, At: now, Execution: 2, Workflow: "order", Input: next},
 		}
 		requireEvents(t, adv.Events, want)
 		requireEvents(t, f.last("run-1", 2), want)
@@ -185,15 +184,15 @@ func testRunAdvanceFeatures(t *testing.T, open Open) {
 			t.Fatalf("Advanced.Parent = %+v for a run without a parent", adv.Parent)
 		}
 		run := f.get("run-1")
-		if run.Status != reprise.RunRunning || run.Execution != 2 {
+		if run.Status != store.RunRunning || run.Execution != 2 {
 			t.Fatalf("run = %+v, want running in execution 2", run)
 		}
 		requireJSON(t, "Input", run.Input, next)
 
 		// The old execution's work is gone: its results are rejected, its
 		// ready task is not claimable, its timer never fires.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: running.ID, Token: running.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: running.ID, Token: running.Token})
 			return err
 		})
 		f.claimNone("ship")
@@ -201,16 +200,16 @@ func testRunAdvanceFeatures(t *testing.T, open Open) {
 			t.Fatalf("RunClaim took a leased run: %v", leaseIDs(got))
 		}
 		f.clock.Advance(time.Hour)
-		if out, err := f.store.TimerFire(t.Context(), &reprise.TimerFireParams{}); err != nil || len(out) != 0 {
+		if out, err := f.store.TimerFire(t.Context(), &store.TimerFireParams{}); err != nil || len(out) != 0 {
 			t.Fatalf("TimerFire = %+v, %v; want nothing", out, err)
 		}
 		// Its children are cancelled, as if the run had ended.
-		requireEvents(t, f.last("child-1", 1), []reprise.Event{{
-			Seq: 2, Type: reprise.EventRunCancelled, At: now, Execution: 1, Reason: "parent finished",
+		requireEvents(t, f.last("child-1", 1), []store.Event{{
+			Seq: 2, Type: store.EventRunCancelled, At: now, Execution: 1, Reason: "parent finished",
 		}})
 
 		// The same token advances the next execution; positions start afresh.
-		events := f.advance(lease, reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "charge")}})
+		events := f.advance(lease, store.RunAdvanceParams{Steps: []store.StepSpec{newStep(1, "charge")}})
 		if len(events) != 1 || events[0].Execution != 2 || events[0].Seq != 9 {
 			t.Fatalf("events = %s, want StepScheduled of execution 2 at seq 9", dump(events))
 		}

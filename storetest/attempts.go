@@ -2,17 +2,16 @@ package storetest
 
 import (
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // keepClaim claims up to limit tasks of step for worker with Keep.
-func (f *fixture) keepClaim(step string, limit int) []*reprise.Task {
+func (f *fixture) keepClaim(step string, limit int) []*store.Task {
 	f.t.Helper()
-	tasks, err := f.store.TaskClaim(f.t.Context(), &reprise.TaskClaimParams{
-		Owner: worker, Steps: []reprise.StepQuota{{Name: step, Limit: limit}}, LeaseTTL: minute, Keep: true,
+	tasks, err := f.store.TaskClaim(f.t.Context(), &store.TaskClaimParams{
+		Owner: worker, Steps: []store.StepQuota{{Name: step, Limit: limit}}, LeaseTTL: minute, Keep: true,
 	})
 	if err != nil {
 		f.t.Fatalf("TaskClaim(%s, Keep): %v", step, err)
@@ -21,9 +20,9 @@ func (f *fixture) keepClaim(step string, limit int) []*reprise.Task {
 }
 
 // attempts lists the kept attempts of task id.
-func (f *fixture) attempts(id int64) []reprise.TaskAttempt {
+func (f *fixture) attempts(id int64) []store.TaskAttempt {
 	f.t.Helper()
-	got, err := f.store.TaskAttemptList(f.t.Context(), &reprise.TaskAttemptListParams{TaskID: id})
+	got, err := f.store.TaskAttemptList(f.t.Context(), &store.TaskAttemptListParams{TaskID: id})
 	if err != nil {
 		f.t.Fatalf("TaskAttemptList(%d): %v", id, err)
 	}
@@ -31,12 +30,12 @@ func (f *fixture) attempts(id int64) []reprise.TaskAttempt {
 }
 
 // kept is what TaskAttemptList lists for an attempt of task.
-func kept(task *reprise.Task) reprise.TaskAttempt {
-	return reprise.TaskAttempt{TaskID: task.ID, Token: task.Token, RunID: task.RunID, Execution: task.Execution,
+func kept(task *store.Task) store.TaskAttempt {
+	return store.TaskAttempt{TaskID: task.ID, Token: task.Token, RunID: task.RunID, Execution: task.Execution,
 		Position: task.Position, Attempt: task.Attempt}
 }
 
-func requireAttempts(t *testing.T, got []reprise.TaskAttempt, want ...reprise.TaskAttempt) {
+func requireAttempts(t *testing.T, got []store.TaskAttempt, want ...store.TaskAttempt) {
 	t.Helper()
 	if len(got) == 0 && len(want) == 0 {
 		return
@@ -84,7 +83,7 @@ func testTaskAttemptList(t *testing.T, open Open) {
 			requireAttempts(t, f.attempts(task.ID), kept(task))
 		}
 		// A run cancelled drops its tasks, not their attempts.
-		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-2", Reason: "test"}); err != nil {
+		if _, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "run-2", Reason: "test"}); err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
 		for _, task := range tasks {

@@ -2,17 +2,16 @@ package storetest
 
 import (
 	"encoding/json"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // startChildRun has the parent's lease start a child run at position and
 // returns the child's lease, claimed by engine2.
-func (f *fixture) startChildRun(parent reprise.RunLease, position int, id string) reprise.RunLease {
+func (f *fixture) startChildRun(parent store.RunLease, position int, id string) store.RunLease {
 	f.t.Helper()
-	f.advance(parent, reprise.RunAdvanceParams{Children: []reprise.ChildSpec{{
+	f.advance(parent, store.RunAdvanceParams{Children: []store.ChildSpec{{
 		Position: position, ID: id, Workflow: "refund", Input: json.RawMessage(`{"child":"` + id + `"}`),
 	}}})
 	for _, l := range f.runClaim(engine2, 10) {
@@ -21,7 +20,7 @@ func (f *fixture) startChildRun(parent reprise.RunLease, position int, id string
 		}
 	}
 	f.t.Fatalf("RunClaim did not find child %s", id)
-	return reprise.RunLease{}
+	return store.RunLease{}
 }
 
 func testChildren(t *testing.T, open Open) {
@@ -33,24 +32,24 @@ func testChildren(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		now := f.now()
 		input := json.RawMessage(`{"amount":5}`)
-		events := f.advance(parent, reprise.RunAdvanceParams{Children: []reprise.ChildSpec{{
+		events := f.advance(parent, store.RunAdvanceParams{Children: []store.ChildSpec{{
 			Position: 1, ID: "child-1", Workflow: "refund", Input: input,
 		}}})
-		requireEvents(t, events, []reprise.Event{{
-			Seq: 2, Type: reprise.EventChildStarted, At: now, Execution: 1, Position: 1,
+		requireEvents(t, events, []store.Event{{
+			Seq: 2, Type: store.EventChildStarted, At: now, Execution: 1, Position: 1,
 			Child: "child-1", Workflow: "refund", Input: input,
 		}})
-		want := reprise.Run{
-			ID: "child-1", Workflow: "refund", Status: reprise.RunPending, Input: input, Execution: 1,
+		want := store.Run{
+			ID: "child-1", Workflow: "refund", Status: store.RunPending, Input: input, Execution: 1,
 			ParentID: "parent", CreatedAt: now, UpdatedAt: now,
 		}
 		if got := normRun(f.get("child-1")); !equalRun(got, want) {
 			t.Fatalf("RunGet = %+v, want %+v", got, want)
 		}
-		requireEvents(t, f.history("child-1"), []reprise.Event{{
-			Seq: 1, Type: reprise.EventRunStarted, At: now, Execution: 1, Workflow: "refund", Input: input,
+		requireEvents(t, f.history("child-1"), []store.Event{{
+			Seq: 1, Type: store.EventRunStarted, At: now, Execution: 1, Workflow: "refund", Input: input,
 		}})
-		runs, err := f.store.RunList(t.Context(), &reprise.RunListParams{Workflow: "refund"})
+		runs, err := f.store.RunList(t.Context(), &store.RunListParams{Workflow: "refund"})
 		if err != nil || len(runs) != 1 || runs[0].ParentID != "parent" {
 			t.Fatalf("RunList = %+v, %v; want child-1 with its parent", runs, err)
 		}
@@ -61,10 +60,10 @@ func testChildren(t *testing.T, open Open) {
 		}
 
 		// An existing child is not created again; ChildStarted is appended.
-		events = f.advance(parent, reprise.RunAdvanceParams{Children: []reprise.ChildSpec{{
+		events = f.advance(parent, store.RunAdvanceParams{Children: []store.ChildSpec{{
 			Position: 2, ID: "child-1", Workflow: "other", Input: json.RawMessage(`{}`),
 		}}})
-		if len(events) != 1 || events[0].Type != reprise.EventChildStarted || events[0].Position != 2 {
+		if len(events) != 1 || events[0].Type != store.EventChildStarted || events[0].Position != 2 {
 			t.Fatalf("events = %s, want ChildStarted at position 2", dump(events))
 		}
 		if n := len(f.history("child-1")); n != 1 || f.get("child-1").Workflow != "refund" {
@@ -76,7 +75,7 @@ func testChildren(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 
-		lease, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+		lease, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
 			ID: "child", Workflow: "refund", Input: json.RawMessage(`{}`),
 			ParentID: "parent", ParentPosition: 3, ParentExecution: 1,
 		})
@@ -106,21 +105,21 @@ func testChildren(t *testing.T, open Open) {
 		now := f.now()
 
 		output := json.RawMessage(`{"refunded":5}`)
-		adv := f.advanced(done, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted, Output: output}})
-		want := []reprise.Event{{Seq: 5, Type: reprise.EventChildCompleted, At: now, Execution: 1, Position: 1, Child: "done", Output: output}}
+		adv := f.advanced(done, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted, Output: output}})
+		want := []store.Event{{Seq: 5, Type: store.EventChildCompleted, At: now, Execution: 1, Position: 1, Child: "done", Output: output}}
 		if adv.Parent == nil || adv.Parent.RunID != "parent" || adv.Parent.Owner != engine {
 			t.Fatalf("Advanced.Parent = %+v, want parent owned by %s", adv.Parent, engine)
 		}
 		requireEvents(t, adv.Parent.Events, want)
 		requireEvents(t, f.last("parent", 1), want)
 
-		runErr := &reprise.ErrorInfo{Type: "Declined", Message: "no"}
-		adv = f.advanced(failed, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunFailed, Error: runErr}})
-		want = []reprise.Event{{Seq: 6, Type: reprise.EventChildFailed, At: now, Execution: 1, Position: 2, Child: "failed", Error: runErr, Reason: "failed"}}
+		runErr := &store.ErrorInfo{Type: "Declined", Message: "no"}
+		adv = f.advanced(failed, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunFailed, Error: runErr}})
+		want = []store.Event{{Seq: 6, Type: store.EventChildFailed, At: now, Execution: 1, Position: 2, Child: "failed", Error: runErr, Reason: "failed"}}
 		requireEvents(t, adv.Parent.Events, want)
 
-		adv = f.advanced(gaveUp, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCancelled, Error: runErr}})
-		want = []reprise.Event{{Seq: 7, Type: reprise.EventChildFailed, At: now, Execution: 1, Position: 3, Child: "gave-up", Error: runErr, Reason: "cancelled"}}
+		adv = f.advanced(gaveUp, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCancelled, Error: runErr}})
+		want = []store.Event{{Seq: 7, Type: store.EventChildFailed, At: now, Execution: 1, Position: 3, Child: "gave-up", Error: runErr, Reason: "cancelled"}}
 		requireEvents(t, adv.Parent.Events, want)
 		requireEvents(t, f.last("parent", 1), want)
 	})
@@ -132,11 +131,11 @@ func testChildren(t *testing.T, open Open) {
 		parent := f.create("parent")
 		f.startChildRun(parent, 1, "child")
 		f.clock.Advance(time.Second)
-		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "child", Reason: "operator"}); err != nil {
+		if _, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "child", Reason: "operator"}); err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
-		requireEvents(t, f.last("parent", 1), []reprise.Event{{
-			Seq: 3, Type: reprise.EventChildFailed, At: f.now(), Execution: 1, Position: 1, Child: "child", Reason: "cancelled",
+		requireEvents(t, f.last("parent", 1), []store.Event{{
+			Seq: 3, Type: store.EventChildFailed, At: f.now(), Execution: 1, Position: 1, Child: "child", Reason: "cancelled",
 		}})
 	})
 
@@ -146,12 +145,12 @@ func testChildren(t *testing.T, open Open) {
 
 		// A child of execution 1 of a parent now in execution 2.
 		moved := f.create("moved")
-		f.advance(moved, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
+		f.advance(moved, store.RunAdvanceParams{Finish: &store.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
 		// A child of a parent that finished.
 		ended := f.create("ended")
-		f.advance(ended, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(ended, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 		for _, parent := range []string{"moved", "ended"} {
-			child, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+			child, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
 				ID: "child-of-" + parent, Workflow: "refund", Input: json.RawMessage(`{}`), Owner: engine2, LeaseTTL: minute,
 				ParentID: parent, ParentPosition: 1, ParentExecution: 1,
 			})
@@ -159,7 +158,7 @@ func testChildren(t *testing.T, open Open) {
 				t.Fatalf("RunCreate: %v", err)
 			}
 			before := f.history(parent)
-			adv := f.advanced(child, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+			adv := f.advanced(child, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 			if adv.Parent != nil {
 				t.Fatalf("Advanced.Parent = %+v for a parent that moved on", adv.Parent)
 			}
@@ -173,36 +172,36 @@ func testChildren(t *testing.T, open Open) {
 
 		parent := f.create("parent")
 		child := f.startChildRun(parent, 1, "child")
-		f.advance(child, reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "refund")}})
+		f.advance(child, store.RunAdvanceParams{Steps: []store.StepSpec{newStep(1, "refund")}})
 		running := f.claimOne("refund")
-		f.advance(child, reprise.RunAdvanceParams{Children: []reprise.ChildSpec{{Position: 2, ID: "grandchild", Workflow: "audit"}}})
+		f.advance(child, store.RunAdvanceParams{Children: []store.ChildSpec{{Position: 2, ID: "grandchild", Workflow: "audit"}}})
 		done := f.startChildRun(parent, 2, "done")
-		f.advance(done, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(done, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 		doneHistory := f.history("done")
 		f.clock.Advance(time.Second)
 		now := f.now()
 
-		adv := f.advanced(parent, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
-		if len(adv.Events) != 1 || adv.Events[0].Type != reprise.EventRunCompleted {
+		adv := f.advanced(parent, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
+		if len(adv.Events) != 1 || adv.Events[0].Type != store.EventRunCompleted {
 			t.Fatalf("events = %s, want RunCompleted alone", dump(adv.Events))
 		}
-		if last := f.last("parent", 1)[0]; last.Type != reprise.EventRunCompleted {
-			t.Fatalf("parent's last event = %s, want RunCompleted", dump([]reprise.Event{last}))
+		if last := f.last("parent", 1)[0]; last.Type != store.EventRunCompleted {
+			t.Fatalf("parent's last event = %s, want RunCompleted", dump([]store.Event{last}))
 		}
 		for id, reason := range map[string]string{"child": "parent finished", "grandchild": "parent cancelled"} {
-			if run := f.get(id); run.Status != reprise.RunCancelled {
+			if run := f.get(id); run.Status != store.RunCancelled {
 				t.Fatalf("%s is %s, want cancelled", id, run.Status)
 			}
 			got := f.last(id, 1)[0]
-			if got.Type != reprise.EventRunCancelled || got.Reason != reason || !got.At.Equal(now) || got.Execution != 1 {
-				t.Fatalf("%s's last event = %s, want RunCancelled{%q}", id, dump([]reprise.Event{got}), reason)
+			if got.Type != store.EventRunCancelled || got.Reason != reason || !got.At.Equal(now) || got.Execution != 1 {
+				t.Fatalf("%s's last event = %s, want RunCancelled{%q}", id, dump([]store.Event{got}), reason)
 			}
 		}
 		requireEvents(t, f.history("done"), doneHistory)
 		requireErr(t, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: running.ID, Token: running.Token})
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: running.ID, Token: running.Token})
 			return err
-		}(), reprise.ErrLeaseLost)
+		}(), store.ErrLeaseLost)
 	})
 
 	t.Run("CancellingRunCancelsItsChildren", func(t *testing.T) {
@@ -211,15 +210,15 @@ func testChildren(t *testing.T, open Open) {
 
 		parent := f.create("parent")
 		f.startChildRun(parent, 1, "child")
-		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "parent", Reason: "operator"}); err != nil {
+		if _, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "parent", Reason: "operator"}); err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
 		got := f.last("child", 1)[0]
-		if got.Type != reprise.EventRunCancelled || got.Reason != "parent cancelled" {
-			t.Fatalf("child's last event = %s, want RunCancelled{parent cancelled}", dump([]reprise.Event{got}))
+		if got.Type != store.EventRunCancelled || got.Reason != "parent cancelled" {
+			t.Fatalf("child's last event = %s, want RunCancelled{parent cancelled}", dump([]store.Event{got}))
 		}
-		if last := f.last("parent", 1)[0]; last.Type != reprise.EventRunCancelled || last.Reason != "operator" {
-			t.Fatalf("parent's last event = %s, want its own RunCancelled", dump([]reprise.Event{last}))
+		if last := f.last("parent", 1)[0]; last.Type != store.EventRunCancelled || last.Reason != "operator" {
+			t.Fatalf("parent's last event = %s, want its own RunCancelled", dump([]store.Event{last}))
 		}
 	})
 }

@@ -2,12 +2,11 @@ package storetest
 
 import (
 	"errors"
+	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // testTaskRelease pins TaskRelease: the live leases of one owner lapse at
@@ -22,7 +21,7 @@ func testTaskRelease(t *testing.T, open Open) {
 		ship := f.claim(engine2, "ship", 1, minute)[0]
 		email := f.claim(engine, "email", 1, 10*time.Second)[0]
 		f.clock.Advance(20 * time.Second) // email's lease lapsed already
-		n, err := f.store.TaskRelease(t.Context(), &reprise.TaskReleaseParams{Owner: engine})
+		n, err := f.store.TaskRelease(t.Context(), &store.TaskReleaseParams{Owner: engine})
 		if err != nil || n != 1 {
 			t.Fatalf("TaskRelease = %d, %v; want 1 lease cut (charge's; email's had lapsed)", n, err)
 		}
@@ -48,8 +47,8 @@ func testTaskRelease(t *testing.T, open Open) {
 		}
 		// The holder of a released lease writes nothing more; another
 		// owner's lease and the unleased task are as they were.
-		_, err = f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: charge.ID, Token: charge.Token, Output: []byte(`1`)})
-		if !errors.Is(err, reprise.ErrLeaseLost) {
+		_, err = f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: charge.ID, Token: charge.Token, Output: []byte(`1`)})
+		if !errors.Is(err, store.ErrLeaseLost) {
 			t.Fatalf("TaskComplete on a released lease: %v, want ErrLeaseLost", err)
 		}
 		if got, err := f.store.TaskGet(t.Context(), ship.ID); err != nil || !got.LeaseUntil.Equal(ship.LeaseUntil) || got.Owner != engine2 {
@@ -62,7 +61,7 @@ func testTaskRelease(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 		f.schedule("run-1", newStep(1, "charge"))
-		n, err := f.store.TaskRelease(t.Context(), &reprise.TaskReleaseParams{Owner: engine})
+		n, err := f.store.TaskRelease(t.Context(), &store.TaskReleaseParams{Owner: engine})
 		if err != nil || n != 0 {
 			t.Fatalf("TaskRelease of an owner without leases = %d, %v; want 0", n, err)
 		}
@@ -74,10 +73,10 @@ func testTaskRelease(t *testing.T, open Open) {
 // need two stores on one database: pair opens them, the first for the
 // suite to close (closing it is how an engine's process dies here), the
 // second for t to close.
-func Engines(t *testing.T, pair func(t *testing.T) (first, second reprise.Store)) {
+func Engines(t *testing.T, pair func(t *testing.T) (first, second store.Store)) {
 	// open opens a case's stores; the first is closed when t ends unless
 	// the case closed it.
-	open := func(t *testing.T) (first reprise.Store, closeFirst func() error, second reprise.Store) {
+	open := func(t *testing.T) (first store.Store, closeFirst func() error, second store.Store) {
 		first, second = pair(t)
 		closeFirst = sync.OnceValue(first.Close)
 		t.Cleanup(func() { closeFirst() })
@@ -86,14 +85,14 @@ func Engines(t *testing.T, pair func(t *testing.T) (first, second reprise.Store)
 	t.Run("OneLiveEnginePerID", func(t *testing.T) {
 		t.Parallel()
 		a, _, b := open(t)
-		start := func(s reprise.Store, id string) error {
-			return s.EngineStart(t.Context(), &reprise.EngineStartParams{ID: id})
+		start := func(s store.Store, id string) error {
+			return s.EngineStart(t.Context(), &store.EngineStartParams{ID: id})
 		}
 		if err := start(a, "engine-a"); err != nil {
 			t.Fatalf("EngineStart: %v", err)
 		}
-		for _, s := range []reprise.Store{a, b} {
-			if err := start(s, "engine-a"); !errors.Is(err, reprise.ErrEngineLive) {
+		for _, s := range []store.Store{a, b} {
+			if err := start(s, "engine-a"); !errors.Is(err, store.ErrEngineLive) {
 				t.Fatalf("EngineStart of a live id: %v, want ErrEngineLive", err)
 			}
 		}
@@ -118,7 +117,7 @@ func Engines(t *testing.T, pair func(t *testing.T) (first, second reprise.Store)
 	t.Run("AnEngineWhoseProcessDiedIsGone", func(t *testing.T) {
 		t.Parallel()
 		a, closeA, b := open(t)
-		if err := a.EngineStart(t.Context(), &reprise.EngineStartParams{ID: "engine-a"}); err != nil {
+		if err := a.EngineStart(t.Context(), &store.EngineStartParams{ID: "engine-a"}); err != nil {
 			t.Fatalf("EngineStart: %v", err)
 		}
 		if err := closeA(); err != nil { // the process dies: no EngineStop
@@ -129,7 +128,7 @@ func Engines(t *testing.T, pair func(t *testing.T) (first, second reprise.Store)
 		}
 		// Restarted under its id, it is live again; forgotten, it is gone
 		// from the list.
-		if err := b.EngineStart(t.Context(), &reprise.EngineStartParams{ID: "engine-a"}); err != nil {
+		if err := b.EngineStart(t.Context(), &store.EngineStartParams{ID: "engine-a"}); err != nil {
 			t.Fatalf("EngineStart under a dead engine's id: %v", err)
 		}
 		if gone := engineGone(t, b); len(gone) != 0 {
@@ -141,7 +140,7 @@ func Engines(t *testing.T, pair func(t *testing.T) (first, second reprise.Store)
 	})
 }
 
-func engineGone(t *testing.T, s reprise.Store) []string {
+func engineGone(t *testing.T, s store.Store) []string {
 	t.Helper()
 	gone, err := s.EngineGone(t.Context())
 	if err != nil {

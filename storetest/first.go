@@ -3,16 +3,15 @@ package storetest
 import (
 	"encoding/json"
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // createFirst creates a run leased to engine with a first advance.
-func (f *fixture) createFirst(id string, first reprise.RunAdvanceParams) (reprise.RunLease, bool) {
+func (f *fixture) createFirst(id string, first store.RunAdvanceParams) (store.RunLease, bool) {
 	f.t.Helper()
-	lease, created, err := f.store.RunCreate(f.t.Context(), &reprise.RunCreateParams{
+	lease, created, err := f.store.RunCreate(f.t.Context(), &store.RunCreateParams{
 		ID: id, Workflow: "order", Input: json.RawMessage(`{"n":1}`),
 		Owner: engine, LeaseTTL: minute, First: &first,
 	})
@@ -23,12 +22,12 @@ func (f *fixture) createFirst(id string, first reprise.RunAdvanceParams) (repris
 }
 
 func testRunCreateFirst(t *testing.T, open Open) {
-	firstAdvance := func() reprise.RunAdvanceParams {
-		return reprise.RunAdvanceParams{
+	firstAdvance := func() store.RunAdvanceParams {
+		return store.RunAdvanceParams{
 			LeaseOwner: engine, LeaseTTL: minute,
-			Steps:   []reprise.StepSpec{leased(newStep(1, "charge")), newStep(2, "ship")},
-			Timers:  []reprise.TimerSpec{{Position: 3, Delay: time.Hour}},
-			Markers: []reprise.MarkerSpec{{Position: 4, Name: "change", Version: 2}},
+			Steps:   []store.StepSpec{leased(newStep(1, "charge")), newStep(2, "ship")},
+			Timers:  []store.TimerSpec{{Position: 3, Delay: time.Hour}},
+			Markers: []store.MarkerSpec{{Position: 4, Name: "change", Version: 2}},
 		}
 	}
 
@@ -37,7 +36,7 @@ func testRunCreateFirst(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		// The same run, made the two ways.
-		twoStep, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+		twoStep, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
 			ID: "two", Workflow: "order", Input: json.RawMessage(`{"n":1}`), Owner: engine, LeaseTTL: minute,
 		})
 		if err != nil {
@@ -60,7 +59,7 @@ func testRunCreateFirst(t *testing.T, open Open) {
 			t.Fatalf("leased task:\n got %+v\nwant %+v", got, exp)
 		}
 		run := f.get("one")
-		if run.Status != reprise.RunRunning || lease.Run.Status != reprise.RunRunning {
+		if run.Status != store.RunRunning || lease.Run.Status != store.RunRunning {
 			t.Fatalf("status: stored %s, returned %s; want running", run.Status, lease.Run.Status)
 		}
 
@@ -68,22 +67,22 @@ func testRunCreateFirst(t *testing.T, open Open) {
 		// ready for a claim, and the creator's token advances the run.
 		f.complete(lease.Advanced.Tasks[0])
 		f.claimOne("ship")
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 	})
 
 	t.Run("FirstThatFinishes", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
 
-		lease, _ := f.createFirst("run-1", reprise.RunAdvanceParams{
-			Finish: &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`"ok"`)},
+		lease, _ := f.createFirst("run-1", store.RunAdvanceParams{
+			Finish: &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`"ok"`)},
 		})
-		requireEvents(t, f.history("run-1"), []reprise.Event{
-			{Seq: 1, Type: reprise.EventRunStarted, At: start, Execution: 1, Workflow: "order", Input: json.RawMessage(`{"n":1}`)},
-			{Seq: 2, Type: reprise.EventRunCompleted, At: start, Execution: 1, Output: json.RawMessage(`"ok"`)},
+		requireEvents(t, f.history("run-1"), []store.Event{
+			{Seq: 1, Type: store.EventRunStarted, At: start, Execution: 1, Workflow: "order", Input: json.RawMessage(`{"n":1}`)},
+			{Seq: 2, Type: store.EventRunCompleted, At: start, Execution: 1, Output: json.RawMessage(`"ok"`)},
 		})
 		stored := f.get("run-1")
-		if stored.Status != reprise.RunCompleted || !equalRun(normRun(lease.Run), normRun(stored)) {
+		if stored.Status != store.RunCompleted || !equalRun(normRun(lease.Run), normRun(stored)) {
 			t.Fatalf("returned run %+v, stored %+v; want the same, completed", lease.Run, stored)
 		}
 		if got := f.runClaim(engine2, 10); len(got) != 0 {
@@ -95,19 +94,19 @@ func testRunCreateFirst(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 
-		lease, _ := f.createFirst("run-1", reprise.RunAdvanceParams{
-			Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{"n":2}`)},
+		lease, _ := f.createFirst("run-1", store.RunAdvanceParams{
+			Finish: &store.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{"n":2}`)},
 		})
 		got := f.history("run-1")
-		if len(got) != 3 || got[1].Type != reprise.EventRunContinuedAsNew || got[2].Type != reprise.EventRunStarted || got[2].Execution != 2 {
+		if len(got) != 3 || got[1].Type != store.EventRunContinuedAsNew || got[2].Type != store.EventRunStarted || got[2].Execution != 2 {
 			t.Fatalf("history %s, want RunStarted, RunContinuedAsNew, RunStarted of execution 2", dump(got))
 		}
 		stored := f.get("run-1")
-		if stored.Execution != 2 || stored.Status != reprise.RunRunning || !equalRun(normRun(lease.Run), normRun(stored)) {
+		if stored.Execution != 2 || stored.Status != store.RunRunning || !equalRun(normRun(lease.Run), normRun(stored)) {
 			t.Fatalf("returned run %+v, stored %+v; want the same, running in execution 2", lease.Run, stored)
 		}
 		// Still leased to its creator, with the same token.
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 	})
 
 	t.Run("ExistingIDChangesNothing", func(t *testing.T) {
@@ -122,20 +121,20 @@ func testRunCreateFirst(t *testing.T, open Open) {
 		}
 		requireEvents(t, f.history("run-1"), before)
 		f.claimNone("ship")
-		f.advance(existing, reprise.RunAdvanceParams{})
+		f.advance(existing, store.RunAdvanceParams{})
 	})
 
 	t.Run("NeedsOwner", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
 
-		_, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
-			ID: "run-1", Workflow: "order", First: &reprise.RunAdvanceParams{},
+		_, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
+			ID: "run-1", Workflow: "order", First: &store.RunAdvanceParams{},
 		})
 		if err == nil {
 			t.Fatal("RunCreate with a first advance and no owner: no error")
 		}
 		_, err = f.store.RunGet(t.Context(), "run-1")
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 	})
 }

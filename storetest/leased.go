@@ -2,10 +2,9 @@ package storetest
 
 import (
 	"encoding/json"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // testLeasedAsScheduled pins what a step leased as it is scheduled to its
@@ -17,10 +16,10 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 	// scheduleLeased creates run id, leased to engine, with one step leased
 	// as scheduled to engine for ttl, and returns the run's lease and the
 	// step's task.
-	scheduleLeased := func(f *fixture, id string, s reprise.StepSpec, ttl time.Duration) (reprise.RunLease, *reprise.Task) {
+	scheduleLeased := func(f *fixture, id string, s store.StepSpec, ttl time.Duration) (store.RunLease, *store.Task) {
 		f.t.Helper()
 		lease := f.create(id)
-		adv := f.advanced(lease, reprise.RunAdvanceParams{LeaseOwner: engine, LeaseTTL: ttl, Steps: []reprise.StepSpec{leased(s)}})
+		adv := f.advanced(lease, store.RunAdvanceParams{LeaseOwner: engine, LeaseTTL: ttl, Steps: []store.StepSpec{leased(s)}})
 		if len(adv.Tasks) != 1 {
 			f.t.Fatalf("Advanced.Tasks has %d tasks, want 1", len(adv.Tasks))
 		}
@@ -41,9 +40,9 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 		stale := *task
 		stale.Token++
 		_, err = f.heartbeat(&stale, minute)
-		requireErr(t, err, reprise.ErrLeaseLost)
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: stale.ID, Token: stale.Token})
+		requireErr(t, err, store.ErrLeaseLost)
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: stale.ID, Token: stale.Token})
 			return err
 		})
 
@@ -57,7 +56,7 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 		}
 		f.complete(task)
 		_, err = f.store.TaskGet(t.Context(), task.ID)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 	})
 
 	t.Run("LapsedLeaseIsTheReapersAndThenAnyClaimers", func(t *testing.T) {
@@ -75,7 +74,7 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 			t.Fatalf("TaskListExpired = %+v, want the leased step's attempt 1", got)
 		}
 		_, err := f.heartbeat(task, minute)
-		requireErr(t, err, reprise.ErrLeaseLost)
+		requireErr(t, err, store.ErrLeaseLost)
 		reap := retryParams(got[0], 0)
 		reap.Expired = true
 		if _, err := f.store.TaskFail(t.Context(), reap); err != nil {
@@ -90,7 +89,7 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 		if out.RunID != "run-1" || out.Owner != engine {
 			t.Fatalf("Outcome = %+v, want run-1 owned by %s", out, engine)
 		}
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`1`)}})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`1`)}})
 	})
 
 	t.Run("OutlivesItsRunsLease", func(t *testing.T) {
@@ -118,11 +117,11 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 			t.Fatalf("Outcome = %+v, want attempt 2 and owner %s", next, engine2)
 		}
 		out := f.complete(next.Next)
-		if out.Owner != engine2 || len(out.Events) != 1 || out.Events[0].Type != reprise.EventStepCompleted || out.Events[0].Attempt != 2 {
+		if out.Owner != engine2 || len(out.Events) != 1 || out.Events[0].Type != store.EventStepCompleted || out.Events[0].Attempt != 2 {
 			t.Fatalf("Outcome = %+v %s, want StepCompleted of attempt 2 for %s", out, dump(out.Events), engine2)
 		}
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: "run-1", Token: old.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{RunID: "run-1", Token: old.Token})
 			return err
 		})
 	})
@@ -176,13 +175,13 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 
 		lease, task := scheduleLeased(f, "run-1", newStep(1, "charge"), minute)
 		f.failAttempt(task)
-		if got := f.last("run-1", 1)[0]; got.Type != reprise.EventStepFailed || got.Attempt != 1 {
-			t.Fatalf("last event = %s, want StepFailed of attempt 1", dump([]reprise.Event{got}))
+		if got := f.last("run-1", 1)[0]; got.Type != store.EventStepFailed || got.Attempt != 1 {
+			t.Fatalf("last event = %s, want StepFailed of attempt 1", dump([]store.Event{got}))
 		}
 		_, err := f.store.TaskGet(t.Context(), task.ID)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 		f.failRun(lease)
-		if _, err := f.store.RunRedrive(t.Context(), &reprise.RunRedriveParams{ID: "run-1", By: "operator"}); err != nil {
+		if _, err := f.store.RunRedrive(t.Context(), &store.RunRedriveParams{ID: "run-1", By: "operator"}); err != nil {
 			t.Fatalf("RunRedrive: %v", err)
 		}
 		again := f.claimOne("charge")
@@ -198,17 +197,17 @@ func testLeasedAsScheduled(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		_, cancelled := scheduleLeased(f, "run-1", newStep(1, "charge"), minute)
-		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-1"}); err != nil {
+		if _, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "run-1"}); err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
 		_, err := f.store.TaskGet(t.Context(), cancelled.ID)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 		requireDropped(f, "run-1", cancelled, "charge")
 
 		lease, ended := scheduleLeased(f, "run-2", newStep(1, "ship"), minute)
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted, Output: json.RawMessage(`1`)}})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`1`)}})
 		_, err = f.store.TaskGet(t.Context(), ended.ID)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 		requireDropped(f, "run-2", ended, "ship")
 	})
 }

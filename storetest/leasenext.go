@@ -4,15 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // leaseNextParams retries the task's attempt at once, leasing the next
 // attempt to owner for ttl.
-func leaseNextParams(task *reprise.Task, owner string, ttl time.Duration) *reprise.TaskFailParams {
+func leaseNextParams(task *store.Task, owner string, ttl time.Duration) *store.TaskFailParams {
 	p := retryParams(task, 0)
 	p.LeaseNext, p.LeaseOwner, p.LeaseTTL = true, owner, ttl
 	return p
@@ -20,7 +19,7 @@ func leaseNextParams(task *reprise.Task, owner string, ttl time.Duration) *repri
 
 // retryLeased retries the task's attempt at once, leasing the next attempt
 // to owner for ttl, and returns the outcome.
-func (f *fixture) retryLeased(task *reprise.Task, owner string, ttl time.Duration) *reprise.Outcome {
+func (f *fixture) retryLeased(task *store.Task, owner string, ttl time.Duration) *store.Outcome {
 	f.t.Helper()
 	out, err := f.store.TaskFail(f.t.Context(), leaseNextParams(task, owner, ttl))
 	if err != nil {
@@ -30,7 +29,7 @@ func (f *fixture) retryLeased(task *reprise.Task, owner string, ttl time.Duratio
 }
 
 func testTaskFailLeaseNext(t *testing.T, open Open) {
-	netErr := reprise.ErrorInfo{Type: "NetworkError", Message: "connection reset"}
+	netErr := store.ErrorInfo{Type: "NetworkError", Message: "connection reset"}
 
 	t.Run("StartsTheNextAttemptAsAClaimWould", func(t *testing.T) {
 		t.Parallel()
@@ -43,14 +42,14 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		now := f.now()
 
 		out := f.retryLeased(first, worker2, minute)
-		want := []reprise.Event{
+		want := []store.Event{
 			{
-				Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+				Seq: 4, Type: store.EventAttemptFailed, At: now, Execution: 1,
 				Position: 1, Step: "charge", Attempt: 1, Error: &netErr,
 				RetryAt: now, Rule: "[retry: 3, backoff: 1s]",
 			},
 			{
-				Seq: 5, Type: reprise.EventAttemptStarted, At: now, Execution: 1,
+				Seq: 5, Type: store.EventAttemptStarted, At: now, Execution: 1,
 				Position: 1, Step: "charge", Attempt: 2, Worker: worker2,
 				LeaseUntil: now.Add(minute), IdempotencyKey: s.IdempotencyKey,
 			},
@@ -81,7 +80,7 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		if !reflect.DeepEqual(normTask(stored), normTask(next)) {
 			t.Fatalf("TaskGet = %+v, want Outcome.Next %+v", stored, next)
 		}
-		requireWake(f, nil, reprise.Wake{Lease: now.Add(minute)})
+		requireWake(f, nil, store.Wake{Lease: now.Add(minute)})
 
 		// Leased, the task cannot be claimed, up to the lease's last instant.
 		f.claimNone("charge")
@@ -89,22 +88,22 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		f.claimNone("charge")
 
 		// The failed attempt's token is fenced off.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
 			return err
 		})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: first.ID, Token: first.Token, LeaseTTL: minute})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskHeartbeat(t.Context(), &store.TaskHeartbeatParams{TaskID: first.ID, Token: first.Token, LeaseTTL: minute})
 			return err
 		})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
 			_, err := f.store.TaskFail(t.Context(), leaseNextParams(first, worker, minute))
 			return err
 		})
 
 		// The new one completes the step.
 		done := f.complete(next)
-		if len(done.Events) != 1 || done.Events[0].Type != reprise.EventStepCompleted || done.Events[0].Attempt != 2 {
+		if len(done.Events) != 1 || done.Events[0].Type != store.EventStepCompleted || done.Events[0].Attempt != 2 {
 			t.Fatalf("TaskComplete events = %s, want StepCompleted of attempt 2", dump(done.Events))
 		}
 		f.clock.Advance(time.Hour)
@@ -128,13 +127,13 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		requireTime(t, "AttemptStarted.LeaseUntil", f.last("run-1", 1)[0].LeaseUntil, now.Add(10*time.Second))
 		// The new attempt's timeout runs from its own start.
 		f.clock.Advance(5 * time.Second)
-		until, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: next.ID, Token: next.Token, LeaseTTL: minute})
+		until, err := f.store.TaskHeartbeat(t.Context(), &store.TaskHeartbeatParams{TaskID: next.ID, Token: next.Token, LeaseTTL: minute})
 		if err != nil {
 			t.Fatalf("TaskHeartbeat: %v", err)
 		}
 		requireTime(t, "heartbeat LeaseUntil", until, now.Add(10*time.Second))
 		f.clock.Advance(5 * time.Second)
-		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		expired, err := f.store.TaskListExpired(t.Context(), &store.TaskListExpiredParams{})
 		if err != nil {
 			t.Fatalf("TaskListExpired: %v", err)
 		}
@@ -159,12 +158,12 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		if out.Next != nil {
 			t.Fatalf("Outcome.Next = %+v with a delay, want nil", out.Next)
 		}
-		requireEvents(t, out.Events, []reprise.Event{{
-			Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+		requireEvents(t, out.Events, []store.Event{{
+			Seq: 4, Type: store.EventAttemptFailed, At: now, Execution: 1,
 			Position: 1, Step: "charge", Attempt: 1, Error: &netErr,
 			Delay: 10 * time.Second, RetryAt: now.Add(10 * time.Second), Rule: "[retry: 3, backoff: 1s]",
 		}})
-		requireWake(f, nil, reprise.Wake{Task: now.Add(10 * time.Second)})
+		requireWake(f, nil, store.Wake{Task: now.Add(10 * time.Second)})
 		f.claimNone("charge")
 		f.clock.Advance(10 * time.Second)
 		second := f.claimOne("charge")
@@ -181,7 +180,7 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		if out.Next != nil {
 			t.Fatalf("Outcome.Next = %+v without Retry, want nil", out.Next)
 		}
-		if len(out.Events) != 2 || out.Events[1].Type != reprise.EventStepFailed {
+		if len(out.Events) != 2 || out.Events[1].Type != store.EventStepFailed {
 			t.Fatalf("events = %s, want AttemptFailed, StepFailed", dump(out.Events))
 		}
 		f.clock.Advance(time.Hour)
@@ -194,7 +193,7 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 
 		f.schedule("run-1", newStep(1, "charge"))
 		first := f.claimOne("charge")
-		for _, p := range []*reprise.TaskFailParams{
+		for _, p := range []*store.TaskFailParams{
 			leaseNextParams(first, "", minute),
 			leaseNextParams(first, worker, 0),
 			leaseNextParams(first, worker, -minute),
@@ -263,8 +262,8 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 			t.Fatalf("Outcome.Next = %+v then %+v, want attempts 2 and 3", second, third)
 		}
 		requireTime(t, "StartedAt", third.StartedAt, started)
-		if got := f.last("run-1", 1)[0]; got.Type != reprise.EventAttemptStarted || got.Attempt != 3 {
-			t.Fatalf("last event = %s, want AttemptStarted of attempt 3", dump([]reprise.Event{got}))
+		if got := f.last("run-1", 1)[0]; got.Type != store.EventAttemptStarted || got.Attempt != 3 {
+			t.Fatalf("last event = %s, want AttemptStarted of attempt 3", dump([]store.Event{got}))
 		}
 		got, err := f.store.TaskGet(t.Context(), third.ID)
 		if err != nil {
@@ -277,7 +276,7 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		// The lease lapses: the reaper sees attempt 3, and its retry
 		// makes attempt 4 the next claim's.
 		f.clock.Advance(2 * minute)
-		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		expired, err := f.store.TaskListExpired(t.Context(), &store.TaskListExpiredParams{})
 		if err != nil {
 			t.Fatalf("TaskListExpired: %v", err)
 		}
@@ -302,10 +301,10 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		// attempt that made it.
 		fifth := f.retryLeased(fourth, worker, minute).Next
 		sixth := f.retryLeased(fifth, worker, minute).Next
-		events := f.advance(lease, reprise.RunAdvanceParams{Completed: []reprise.TaskCompleteParams{{
+		events := f.advance(lease, store.RunAdvanceParams{Completed: []store.TaskCompleteParams{{
 			TaskID: sixth.ID, Token: sixth.Token, Attempt: sixth.Attempt, Output: json.RawMessage(`1`),
 		}}})
-		if len(events) != 1 || events[0].Type != reprise.EventStepCompleted || events[0].Attempt != 6 {
+		if len(events) != 1 || events[0].Type != store.EventStepCompleted || events[0].Attempt != 6 {
 			t.Fatalf("advance events = %s, want StepCompleted of attempt 6", dump(events))
 		}
 	})
@@ -329,7 +328,7 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		f.clock.Advance(2 * minute) // attempt 2's lease lapses too
 		reap := retryParams(&listed, 0)
 		reap.Expired = true
-		if _, err := f.store.TaskFail(t.Context(), reap); !errors.Is(err, reprise.ErrLeaseLost) {
+		if _, err := f.store.TaskFail(t.Context(), reap); !errors.Is(err, store.ErrLeaseLost) {
 			t.Fatalf("TaskFail(Expired) of attempt 1 after attempt 2 started: %v, want ErrLeaseLost", err)
 		}
 		requireEvents(t, f.history("run-1"), before)
@@ -355,11 +354,11 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		second := f.retryLeased(first, worker, minute).Next
 		third := f.retryLeased(second, worker, minute).Next
 		f.failAttempt(third)
-		if got := f.last("run-1", 1)[0]; got.Type != reprise.EventStepFailed || got.Attempt != 3 {
-			t.Fatalf("last event = %s, want StepFailed of attempt 3", dump([]reprise.Event{got}))
+		if got := f.last("run-1", 1)[0]; got.Type != store.EventStepFailed || got.Attempt != 3 {
+			t.Fatalf("last event = %s, want StepFailed of attempt 3", dump([]store.Event{got}))
 		}
 		f.failRun(lease)
-		if _, err := f.store.RunRedrive(t.Context(), &reprise.RunRedriveParams{ID: "run-1", By: "operator"}); err != nil {
+		if _, err := f.store.RunRedrive(t.Context(), &store.RunRedriveParams{ID: "run-1", By: "operator"}); err != nil {
 			t.Fatalf("RunRedrive: %v", err)
 		}
 		task := f.claimOne("charge")

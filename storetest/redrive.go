@@ -2,17 +2,16 @@ package storetest
 
 import (
 	"encoding/json"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // failAttempt fails the task's attempt for good.
-func (f *fixture) failAttempt(task *reprise.Task) {
+func (f *fixture) failAttempt(task *store.Task) {
 	f.t.Helper()
-	_, err := f.store.TaskFail(f.t.Context(), &reprise.TaskFailParams{
-		TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Error: reprise.ErrorInfo{Type: "Declined", Message: "card declined"},
+	_, err := f.store.TaskFail(f.t.Context(), &store.TaskFailParams{
+		TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Error: store.ErrorInfo{Type: "Declined", Message: "card declined"},
 		Rule: "[retry: 1]", Reason: "exhausted",
 	})
 	if err != nil {
@@ -21,16 +20,16 @@ func (f *fixture) failAttempt(task *reprise.Task) {
 }
 
 // failRun finishes the run as failed.
-func (f *fixture) failRun(lease reprise.RunLease) {
+func (f *fixture) failRun(lease store.RunLease) {
 	f.t.Helper()
-	f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
-		Status: reprise.RunFailed, Error: &reprise.ErrorInfo{Type: "StepFailed", Message: "charge failed"},
+	f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{
+		Status: store.RunFailed, Error: &store.ErrorInfo{Type: "StepFailed", Message: "charge failed"},
 	}})
 }
 
 func testRedrive(t *testing.T, open Open) {
-	redrive := func(f *fixture, id string) (*reprise.Run, error) {
-		return f.store.RunRedrive(f.t.Context(), &reprise.RunRedriveParams{ID: id, By: "operator"})
+	redrive := func(f *fixture, id string) (*store.Run, error) {
+		return f.store.RunRedrive(f.t.Context(), &store.RunRedriveParams{ID: id, By: "operator"})
 	}
 
 	t.Run("MakesTheFailedStepReadyWithAFreshBudget", func(t *testing.T) {
@@ -50,12 +49,12 @@ func testRedrive(t *testing.T, open Open) {
 		if err != nil {
 			t.Fatalf("RunRedrive: %v", err)
 		}
-		if run.Status != reprise.RunRunning || run.Error != nil || run.Output != nil {
+		if run.Status != store.RunRunning || run.Error != nil || run.Output != nil {
 			t.Fatalf("redriven run = %+v, want running without an error", run)
 		}
 		requireTime(t, "UpdatedAt", run.UpdatedAt, now)
-		requireEvents(t, f.last("run-1", 1), []reprise.Event{{
-			Seq: 12, Type: reprise.EventRunRedriven, At: now, Execution: 1, Position: 1, Step: "charge", Reason: "operator",
+		requireEvents(t, f.last("run-1", 1), []store.Event{{
+			Seq: 12, Type: store.EventRunRedriven, At: now, Execution: 1, Position: 1, Step: "charge", Reason: "operator",
 		}})
 		// Nobody holds the run: it waits for any engine.
 		if got := f.runClaim(engine2, 10); len(got) != 1 || got[0].Run.ID != "run-1" {
@@ -69,8 +68,8 @@ func testRedrive(t *testing.T, open Open) {
 		}
 		requireJSON(t, "Input", task.Input, s.Input)
 		requireJSON(t, "Policy", task.Policy, s.Policy)
-		if e := f.last("run-1", 1)[0]; e.Type != reprise.EventAttemptStarted || e.Attempt != 3 {
-			t.Fatalf("last event = %s, want AttemptStarted of attempt 3", dump([]reprise.Event{e}))
+		if e := f.last("run-1", 1)[0]; e.Type != store.EventAttemptStarted || e.Attempt != 3 {
+			t.Fatalf("last event = %s, want AttemptStarted of attempt 3", dump([]store.Event{e}))
 		}
 		f.complete(task)
 	})
@@ -80,13 +79,13 @@ func testRedrive(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		_, err := redrive(f, "missing")
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 
 		// Active, completed, and failed without a failed step.
 		f.schedule("active", newStep(1, "charge"))
 		f.failAttempt(f.claimOne("charge"))
 		completed := f.create("completed")
-		f.advance(completed, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(completed, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 		f.failRun(f.create("failed"))
 		// Failed after a later step completed.
 		later := f.schedule("later", newStep(1, "email"), newStep(2, "sms"))
@@ -98,18 +97,18 @@ func testRedrive(t *testing.T, open Open) {
 		handed := f.schedule("handed", newStep(1, "post"), newStep(2, "page"))
 		f.failAttempt(f.claimOne("post"))
 		page := f.claimOne("page")
-		f.advance(handed, reprise.RunAdvanceParams{
-			Completed: []reprise.TaskCompleteParams{{TaskID: page.ID, Token: page.Token, Output: json.RawMessage(`1`)}},
-			Finish:    &reprise.RunFinish{Status: reprise.RunFailed, Error: &reprise.ErrorInfo{Type: "StepFailed", Message: "post failed"}},
+		f.advance(handed, store.RunAdvanceParams{
+			Completed: []store.TaskCompleteParams{{TaskID: page.ID, Token: page.Token, Output: json.RawMessage(`1`)}},
+			Finish:    &store.RunFinish{Status: store.RunFailed, Error: &store.ErrorInfo{Type: "StepFailed", Message: "post failed"}},
 		})
 		// Failed in an execution after the one whose step failed.
 		moved := f.schedule("moved", newStep(1, "fax"))
 		f.failAttempt(f.claimOne("fax"))
-		f.advance(moved, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
+		f.advance(moved, store.RunAdvanceParams{Finish: &store.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
 		f.failRun(moved)
 
 		for _, id := range []string{"active", "completed", "failed", "later", "handed", "moved"} {
-			f.requireChangedNothing(id, reprise.ErrNotRedrivable, func() error {
+			f.requireChangedNothing(id, store.ErrNotRedrivable, func() error {
 				_, err := redrive(f, id)
 				return err
 			})
@@ -127,14 +126,14 @@ func testSignals(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		lease := f.create("run-1")
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
 		f.clock.Advance(time.Second)
 		payload := json.RawMessage(`{"approved":true}`)
-		out, err := f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "run-1", Name: "approve", Payload: payload})
+		out, err := f.store.SignalSend(t.Context(), &store.SignalSendParams{RunID: "run-1", Name: "approve", Payload: payload})
 		if err != nil {
 			t.Fatalf("SignalSend: %v", err)
 		}
-		want := []reprise.Event{{Seq: 4, Type: reprise.EventSignalReceived, At: f.now(), Execution: 2, Step: "approve", Input: payload}}
+		want := []store.Event{{Seq: 4, Type: store.EventSignalReceived, At: f.now(), Execution: 2, Step: "approve", Input: payload}}
 		if out.RunID != "run-1" || out.Owner != engine {
 			t.Fatalf("Outcome = %+v, want run-1 owned by %s", out, engine)
 		}
@@ -142,10 +141,10 @@ func testSignals(t *testing.T, open Open) {
 		requireEvents(t, f.last("run-1", 1), want)
 
 		// A pending run nobody holds takes signals too.
-		if _, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "free", Workflow: "order"}); err != nil {
+		if _, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{ID: "free", Workflow: "order"}); err != nil {
 			t.Fatalf("RunCreate: %v", err)
 		}
-		out, err = f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "free", Name: "go"})
+		out, err = f.store.SignalSend(t.Context(), &store.SignalSendParams{RunID: "free", Name: "go"})
 		if err != nil || out.Owner != "" || len(out.Events) != 1 || out.Events[0].Seq != 2 {
 			t.Fatalf("SignalSend = %+v, %v; want SignalReceived at seq 2, no owner", out, err)
 		}
@@ -155,12 +154,12 @@ func testSignals(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 
-		_, err := f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "missing", Name: "approve"})
-		requireErr(t, err, reprise.ErrNotFound)
+		_, err := f.store.SignalSend(t.Context(), &store.SignalSendParams{RunID: "missing", Name: "approve"})
+		requireErr(t, err, store.ErrNotFound)
 		lease := f.create("run-1")
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
-		f.requireChangedNothing("run-1", reprise.ErrRunFinished, func() error {
-			_, err := f.store.SignalSend(t.Context(), &reprise.SignalSendParams{RunID: "run-1", Name: "approve"})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
+		f.requireChangedNothing("run-1", store.ErrRunFinished, func() error {
+			_, err := f.store.SignalSend(t.Context(), &store.SignalSendParams{RunID: "run-1", Name: "approve"})
 			return err
 		})
 	})

@@ -4,12 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 func testRunCreate(t *testing.T, open Open) {
@@ -17,7 +16,7 @@ func testRunCreate(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 
-		lease, created, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+		lease, created, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
 			ID: "run-1", Workflow: "order", Input: json.RawMessage(`{"n":1}`),
 		})
 		if err != nil || !created {
@@ -26,8 +25,8 @@ func testRunCreate(t *testing.T, open Open) {
 		if lease.Token != 0 {
 			t.Fatalf("Token = %d without an owner, want 0", lease.Token)
 		}
-		want := reprise.Run{
-			ID: "run-1", Workflow: "order", Status: reprise.RunPending,
+		want := store.Run{
+			ID: "run-1", Workflow: "order", Status: store.RunPending,
 			Input: json.RawMessage(`{"n":1}`), Execution: 1, CreatedAt: start, UpdatedAt: start,
 		}
 		if got := normRun(lease.Run); !equalRun(got, want) {
@@ -36,8 +35,8 @@ func testRunCreate(t *testing.T, open Open) {
 		if got := normRun(f.get("run-1")); !equalRun(got, want) {
 			t.Fatalf("RunGet = %+v, want %+v", got, want)
 		}
-		requireEvents(t, f.history("run-1"), []reprise.Event{{
-			Seq: 1, Type: reprise.EventRunStarted, At: start, Execution: 1,
+		requireEvents(t, f.history("run-1"), []store.Event{{
+			Seq: 1, Type: store.EventRunStarted, At: start, Execution: 1,
 			Workflow: "order", Input: json.RawMessage(`{"n":1}`),
 		}})
 	})
@@ -50,7 +49,7 @@ func testRunCreate(t *testing.T, open Open) {
 		if lease.Token == 0 {
 			t.Fatal("Token = 0 for a run created with an owner")
 		}
-		if lease.Run.Status != reprise.RunRunning || f.get("run-1").Status != reprise.RunRunning {
+		if lease.Run.Status != store.RunRunning || f.get("run-1").Status != store.RunRunning {
 			t.Fatalf("run created with an owner is %s, stored %s; want running", lease.Run.Status, f.get("run-1").Status)
 		}
 		f.clock.Advance(minute - time.Millisecond)
@@ -58,7 +57,7 @@ func testRunCreate(t *testing.T, open Open) {
 			t.Fatalf("RunClaim took a leased run: %d", len(got))
 		}
 		// The creator's token is good.
-		f.advance(lease, reprise.RunAdvanceParams{})
+		f.advance(lease, store.RunAdvanceParams{})
 	})
 
 	t.Run("ExistingIDReturnsExistingRunAndChangesNothing", func(t *testing.T) {
@@ -67,7 +66,7 @@ func testRunCreate(t *testing.T, open Open) {
 
 		first := f.create("run-1")
 		f.clock.Advance(time.Second)
-		lease, created, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+		lease, created, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
 			ID: "run-1", Workflow: "other", Input: json.RawMessage(`{"n":2}`),
 			Owner: engine2, LeaseTTL: minute,
 		})
@@ -87,7 +86,7 @@ func testRunCreate(t *testing.T, open Open) {
 			t.Fatalf("history has %d events, want 1", n)
 		}
 		// The first owner keeps its lease.
-		f.advance(first, reprise.RunAdvanceParams{})
+		f.advance(first, store.RunAdvanceParams{})
 	})
 }
 
@@ -96,7 +95,7 @@ func testRunGet(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 		_, err := f.store.RunGet(t.Context(), "missing")
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 	})
 
 	t.Run("UpdatedAtIsLastEventTime", func(t *testing.T) {
@@ -109,7 +108,7 @@ func testRunGet(t *testing.T, open Open) {
 		run := f.get("run-1")
 		requireTime(t, "CreatedAt", run.CreatedAt, start)
 		requireTime(t, "UpdatedAt", run.UpdatedAt, start.Add(3*time.Second))
-		if run.Status != reprise.RunRunning {
+		if run.Status != store.RunRunning {
 			t.Fatalf("Status = %s, want running", run.Status)
 		}
 	})
@@ -120,7 +119,7 @@ func testRunList(t *testing.T, open Open) {
 	// together.
 	create := func(f *fixture, workflow string, ids ...string) {
 		for _, id := range ids {
-			_, _, err := f.store.RunCreate(f.t.Context(), &reprise.RunCreateParams{
+			_, _, err := f.store.RunCreate(f.t.Context(), &store.RunCreateParams{
 				ID: id, Workflow: workflow, Input: json.RawMessage(`{}`),
 			})
 			if err != nil {
@@ -128,7 +127,7 @@ func testRunList(t *testing.T, open Open) {
 			}
 		}
 	}
-	list := func(f *fixture, p reprise.RunListParams) []string {
+	list := func(f *fixture, p store.RunListParams) []string {
 		f.t.Helper()
 		runs, err := f.store.RunList(f.t.Context(), &p)
 		if err != nil {
@@ -156,7 +155,7 @@ func testRunList(t *testing.T, open Open) {
 		create(f, "order", "c", "b") // same created time: id descending
 		f.clock.Advance(time.Millisecond)
 		create(f, "order", "0")
-		requireIDs(t, list(f, reprise.RunListParams{}), "0", "c", "b", "a")
+		requireIDs(t, list(f, store.RunListParams{}), "0", "c", "b", "a")
 	})
 
 	t.Run("ReturnsRunFields", func(t *testing.T) {
@@ -165,10 +164,10 @@ func testRunList(t *testing.T, open Open) {
 
 		lease := f.create("run-1")
 		f.clock.Advance(time.Second)
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
-			Status: reprise.RunCompleted, Output: json.RawMessage(`{"ok":true}`),
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{
+			Status: store.RunCompleted, Output: json.RawMessage(`{"ok":true}`),
 		}})
-		runs, err := f.store.RunList(t.Context(), &reprise.RunListParams{})
+		runs, err := f.store.RunList(t.Context(), &store.RunListParams{})
 		if err != nil {
 			t.Fatalf("RunList: %v", err)
 		}
@@ -186,18 +185,18 @@ func testRunList(t *testing.T, open Open) {
 		create(f, "refund", "r1")
 		f.clock.Advance(time.Millisecond)
 		lease := f.create("o2")
-		f.advance(lease, reprise.RunAdvanceParams{})
+		f.advance(lease, store.RunAdvanceParams{})
 		f.clock.Advance(time.Millisecond)
 		lease = f.create("o3")
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 
-		requireIDs(t, list(f, reprise.RunListParams{Workflow: "order"}), "o3", "o2", "o1")
-		requireIDs(t, list(f, reprise.RunListParams{Workflow: "refund"}), "r1")
-		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunPending}), "r1", "o1")
-		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunRunning}), "o2")
-		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunCompleted}), "o3")
-		requireIDs(t, list(f, reprise.RunListParams{Status: reprise.RunPending, Workflow: "order"}), "o1")
-		requireIDs(t, list(f, reprise.RunListParams{Workflow: "none"}))
+		requireIDs(t, list(f, store.RunListParams{Workflow: "order"}), "o3", "o2", "o1")
+		requireIDs(t, list(f, store.RunListParams{Workflow: "refund"}), "r1")
+		requireIDs(t, list(f, store.RunListParams{Status: store.RunPending}), "r1", "o1")
+		requireIDs(t, list(f, store.RunListParams{Status: store.RunRunning}), "o2")
+		requireIDs(t, list(f, store.RunListParams{Status: store.RunCompleted}), "o3")
+		requireIDs(t, list(f, store.RunListParams{Status: store.RunPending, Workflow: "order"}), "o1")
+		requireIDs(t, list(f, store.RunListParams{Workflow: "none"}))
 	})
 
 	t.Run("PagesWithBefore", func(t *testing.T) {
@@ -210,11 +209,11 @@ func testRunList(t *testing.T, open Open) {
 		f.clock.Advance(time.Millisecond)
 		create(f, "order", "e")
 
-		requireIDs(t, list(f, reprise.RunListParams{Limit: 2}), "e", "d")
-		requireIDs(t, list(f, reprise.RunListParams{Limit: 2, Before: "d"}), "c", "b")
-		requireIDs(t, list(f, reprise.RunListParams{Limit: 2, Before: "b"}), "a")
-		requireIDs(t, list(f, reprise.RunListParams{Limit: 2, Before: "a"}))
-		requireIDs(t, list(f, reprise.RunListParams{Workflow: "order", Before: "e"}), "b", "a")
+		requireIDs(t, list(f, store.RunListParams{Limit: 2}), "e", "d")
+		requireIDs(t, list(f, store.RunListParams{Limit: 2, Before: "d"}), "c", "b")
+		requireIDs(t, list(f, store.RunListParams{Limit: 2, Before: "b"}), "a")
+		requireIDs(t, list(f, store.RunListParams{Limit: 2, Before: "a"}))
+		requireIDs(t, list(f, store.RunListParams{Workflow: "order", Before: "e"}), "b", "a")
 	})
 
 	t.Run("LimitDefaultsTo100", func(t *testing.T) {
@@ -226,15 +225,15 @@ func testRunList(t *testing.T, open Open) {
 			ids[i] = fmt.Sprintf("run-%03d", i)
 		}
 		create(f, "order", ids...)
-		if got := list(f, reprise.RunListParams{}); len(got) != 100 {
+		if got := list(f, store.RunListParams{}); len(got) != 100 {
 			t.Fatalf("RunList without a limit returned %d runs, want 100", len(got))
 		}
 	})
 }
 
-func (f *fixture) runClaim(owner string, limit int, workflows ...string) []reprise.RunLease {
+func (f *fixture) runClaim(owner string, limit int, workflows ...string) []store.RunLease {
 	f.t.Helper()
-	leases, err := f.store.RunClaim(f.t.Context(), &reprise.RunClaimParams{
+	leases, err := f.store.RunClaim(f.t.Context(), &store.RunClaimParams{
 		Owner: owner, Workflows: workflows, Limit: limit, LeaseTTL: minute,
 	})
 	if err != nil {
@@ -243,7 +242,7 @@ func (f *fixture) runClaim(owner string, limit int, workflows ...string) []repri
 	return leases
 }
 
-func leaseIDs(leases []reprise.RunLease) []string {
+func leaseIDs(leases []store.RunLease) []string {
 	ids := make([]string, len(leases))
 	for i, l := range leases {
 		ids[i] = l.Run.ID
@@ -254,7 +253,7 @@ func leaseIDs(leases []reprise.RunLease) []string {
 func testRunClaim(t *testing.T, open Open) {
 	createUnowned := func(f *fixture, workflow, id string) {
 		f.t.Helper()
-		_, _, err := f.store.RunCreate(f.t.Context(), &reprise.RunCreateParams{
+		_, _, err := f.store.RunCreate(f.t.Context(), &store.RunCreateParams{
 			ID: id, Workflow: workflow, Input: json.RawMessage(`{}`),
 		})
 		if err != nil {
@@ -279,10 +278,10 @@ func testRunClaim(t *testing.T, open Open) {
 				t.Fatalf("run %s claimed with token 0", l.Run.ID)
 			}
 			// A claimed run is running, and so is its row.
-			if l.Run.Workflow != "order" || l.Run.Status != reprise.RunRunning || l.Run.Execution != 1 {
+			if l.Run.Workflow != "order" || l.Run.Status != store.RunRunning || l.Run.Execution != 1 {
 				t.Fatalf("claimed run = %+v", l.Run)
 			}
-			if stored := f.get(l.Run.ID); stored.Status != reprise.RunRunning {
+			if stored := f.get(l.Run.ID); stored.Status != store.RunRunning {
 				t.Fatalf("claimed run %s is stored %s, want running", l.Run.ID, stored.Status)
 			}
 		}
@@ -293,7 +292,7 @@ func testRunClaim(t *testing.T, open Open) {
 			t.Fatalf("third claim got %v, want none", ids)
 		}
 		// The claimed token advances the run.
-		f.advance(got[0], reprise.RunAdvanceParams{})
+		f.advance(got[0], store.RunAdvanceParams{})
 	})
 
 	t.Run("FiltersWorkflows", func(t *testing.T) {
@@ -332,13 +331,13 @@ func testRunClaim(t *testing.T, open Open) {
 			t.Fatalf("reclaimed with the old token %d", old.Token)
 		}
 		// The old holder is fenced off; the new one advances.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{
-				RunID: "run-1", Token: old.Token, Steps: []reprise.StepSpec{newStep(1, "charge")},
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{
+				RunID: "run-1", Token: old.Token, Steps: []store.StepSpec{newStep(1, "charge")},
 			})
 			return err
 		})
-		f.advance(got[0], reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "charge")}})
+		f.advance(got[0], store.RunAdvanceParams{Steps: []store.StepSpec{newStep(1, "charge")}})
 
 		// A third claim after that lease lapses gets yet another token.
 		f.clock.Advance(minute)
@@ -346,7 +345,7 @@ func testRunClaim(t *testing.T, open Open) {
 		if len(again) != 1 || again[0].Token == got[0].Token || again[0].Token == old.Token {
 			t.Fatalf("third claim = %+v, want a token unlike %d and %d", again, old.Token, got[0].Token)
 		}
-		if again[0].Run.Status != reprise.RunRunning {
+		if again[0].Run.Status != store.RunRunning {
 			t.Fatalf("claimed run status = %s, want running", again[0].Run.Status)
 		}
 	})
@@ -355,9 +354,9 @@ func testRunClaim(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 
-		for i, status := range []reprise.RunStatus{reprise.RunCompleted, reprise.RunFailed, reprise.RunCancelled} {
+		for i, status := range []store.RunStatus{store.RunCompleted, store.RunFailed, store.RunCancelled} {
 			lease := f.create(fmt.Sprintf("run-%d", i))
-			f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: status}})
+			f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: status}})
 		}
 		f.clock.Advance(2 * minute)
 		if got := f.runClaim(engine2, 10); len(got) != 0 {
@@ -379,7 +378,7 @@ func testRunClaim(t *testing.T, open Open) {
 		for c := range claimers {
 			wg.Go(func() {
 				for {
-					leases, err := f.store.RunClaim(t.Context(), &reprise.RunClaimParams{
+					leases, err := f.store.RunClaim(t.Context(), &store.RunClaimParams{
 						Owner: fmt.Sprintf("engine-%d", c), Limit: 3, LeaseTTL: minute,
 					})
 					if err != nil {
@@ -415,14 +414,14 @@ func testRunRenew(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		mine := f.create("mine")
-		_, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{
+		_, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
 			ID: "theirs", Workflow: "order", Input: json.RawMessage(`{}`), Owner: engine2, LeaseTTL: minute,
 		})
 		if err != nil {
 			t.Fatalf("RunCreate: %v", err)
 		}
 		f.clock.Advance(50 * time.Second)
-		err = f.store.RunRenew(t.Context(), &reprise.RunRenewParams{Owner: engine, LeaseTTL: minute})
+		err = f.store.RunRenew(t.Context(), &store.RunRenewParams{Owner: engine, LeaseTTL: minute})
 		if err != nil {
 			t.Fatalf("RunRenew: %v", err)
 		}
@@ -447,7 +446,7 @@ func testRunRenew(t *testing.T, open Open) {
 
 		lease := f.schedule("run-1", newStep(1, "charge"))
 		task := f.claimOne("charge")
-		err := f.store.RunRenew(t.Context(), &reprise.RunRenewParams{Owner: engine})
+		err := f.store.RunRenew(t.Context(), &store.RunRenewParams{Owner: engine})
 		if err != nil {
 			t.Fatalf("RunRenew: %v", err)
 		}
@@ -458,8 +457,8 @@ func testRunRenew(t *testing.T, open Open) {
 		if !slices.Equal(leaseIDs(got), []string{"run-1"}) || got[0].Token == lease.Token {
 			t.Fatalf("claimed %+v after release, want run-1 with a new token", got)
 		}
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: "run-1", Token: lease.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{RunID: "run-1", Token: lease.Token})
 			return err
 		})
 	})
@@ -474,19 +473,19 @@ func testRunAdvance(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		now := f.now()
 		charge, ship := newStep(1, "charge"), withTimeout(newStep(3, "ship"), 10*time.Second)
-		events := f.advance(lease, reprise.RunAdvanceParams{
-			Steps:  []reprise.StepSpec{ship, charge}, // out of order on purpose
-			Timers: []reprise.TimerSpec{{Position: 2, Delay: time.Hour}, {Position: 4, Delay: time.Second}},
+		events := f.advance(lease, store.RunAdvanceParams{
+			Steps:  []store.StepSpec{ship, charge}, // out of order on purpose
+			Timers: []store.TimerSpec{{Position: 2, Delay: time.Hour}, {Position: 4, Delay: time.Second}},
 		})
-		want := []reprise.Event{
+		want := []store.Event{
 			stepScheduled(2, now, charge),
-			{Seq: 3, Type: reprise.EventTimerScheduled, At: now, Execution: 1, Position: 2, Delay: time.Hour, FireAt: now.Add(time.Hour)},
+			{Seq: 3, Type: store.EventTimerScheduled, At: now, Execution: 1, Position: 2, Delay: time.Hour, FireAt: now.Add(time.Hour)},
 			stepScheduled(4, now, ship),
-			{Seq: 5, Type: reprise.EventTimerScheduled, At: now, Execution: 1, Position: 4, Delay: time.Second, FireAt: now.Add(time.Second)},
+			{Seq: 5, Type: store.EventTimerScheduled, At: now, Execution: 1, Position: 4, Delay: time.Second, FireAt: now.Add(time.Second)},
 		}
 		requireEvents(t, events, want)
 		requireEvents(t, f.history("run-1")[1:], want)
-		if run := f.get("run-1"); run.Status != reprise.RunRunning {
+		if run := f.get("run-1"); run.Status != store.RunRunning {
 			t.Fatalf("Status = %s, want running", run.Status)
 		}
 
@@ -503,10 +502,10 @@ func testRunAdvance(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		lease := f.create("run-1")
-		if events := f.advance(lease, reprise.RunAdvanceParams{}); len(events) != 0 {
+		if events := f.advance(lease, store.RunAdvanceParams{}); len(events) != 0 {
 			t.Fatalf("appended %d events, want none", len(events))
 		}
-		if run := f.get("run-1"); run.Status != reprise.RunRunning {
+		if run := f.get("run-1"); run.Status != store.RunRunning {
 			t.Fatalf("Status = %s, want running", run.Status)
 		}
 	})
@@ -516,9 +515,9 @@ func testRunAdvance(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		lease := f.create("run-1")
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{
-				RunID: "run-1", Token: lease.Token + 1, Steps: []reprise.StepSpec{newStep(1, "charge")},
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{
+				RunID: "run-1", Token: lease.Token + 1, Steps: []store.StepSpec{newStep(1, "charge")},
 			})
 			return err
 		})
@@ -530,11 +529,11 @@ func testRunAdvance(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		lease := f.create("run-1")
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 		for _, token := range []int64{lease.Token, lease.Token + 1} {
-			f.requireChangedNothing("run-1", reprise.ErrRunFinished, func() error {
-				_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{
-					RunID: "run-1", Token: token, Steps: []reprise.StepSpec{newStep(1, "charge")},
+			f.requireChangedNothing("run-1", store.ErrRunFinished, func() error {
+				_, err := f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{
+					RunID: "run-1", Token: token, Steps: []store.StepSpec{newStep(1, "charge")},
 				})
 				return err
 			})
@@ -544,8 +543,8 @@ func testRunAdvance(t *testing.T, open Open) {
 	t.Run("MissingRunIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
-		_, err := f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: "missing", Token: 1})
-		requireErr(t, err, reprise.ErrNotFound)
+		_, err := f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{RunID: "missing", Token: 1})
+		requireErr(t, err, store.ErrNotFound)
 	})
 
 	t.Run("FinishCompletedDropsTasksAndTimers", func(t *testing.T) {
@@ -556,14 +555,14 @@ func testRunAdvance(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		now := f.now()
 
-		events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
-			Status: reprise.RunCompleted, Output: json.RawMessage(`{"total":3}`),
+		events := f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{
+			Status: store.RunCompleted, Output: json.RawMessage(`{"total":3}`),
 		}})
-		want := []reprise.Event{{Seq: 6, Type: reprise.EventRunCompleted, At: now, Execution: 1, Output: json.RawMessage(`{"total":3}`)}}
+		want := []store.Event{{Seq: 6, Type: store.EventRunCompleted, At: now, Execution: 1, Output: json.RawMessage(`{"total":3}`)}}
 		requireEvents(t, events, want)
 		requireEvents(t, f.last("run-1", 1), want)
 		run := f.get("run-1")
-		if run.Status != reprise.RunCompleted {
+		if run.Status != store.RunCompleted {
 			t.Fatalf("Status = %s, want completed", run.Status)
 		}
 		requireJSON(t, "Output", run.Output, json.RawMessage(`{"total":3}`))
@@ -578,15 +577,15 @@ func testRunAdvance(t *testing.T, open Open) {
 
 		lease := f.schedule("run-1", newStep(1, "charge"))
 		running := f.claimOne("charge")
-		runErr := &reprise.ErrorInfo{Type: "Panic", Message: "boom", Stack: "main.go:1"}
-		events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{
-			Status: reprise.RunFailed, Error: runErr,
+		runErr := &store.ErrorInfo{Type: "Panic", Message: "boom", Stack: "main.go:1"}
+		events := f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{
+			Status: store.RunFailed, Error: runErr,
 		}})
-		want := []reprise.Event{{Seq: 4, Type: reprise.EventRunFailed, At: start, Execution: 1, Error: runErr}}
+		want := []store.Event{{Seq: 4, Type: store.EventRunFailed, At: start, Execution: 1, Error: runErr}}
 		requireEvents(t, events, want)
 		requireEvents(t, f.last("run-1", 1), want)
 		run := f.get("run-1")
-		if run.Status != reprise.RunFailed || run.Error == nil || *run.Error != *runErr {
+		if run.Status != store.RunFailed || run.Error == nil || *run.Error != *runErr {
 			t.Fatalf("run = %+v, want failed with %+v", run, runErr)
 		}
 		requireDropped(f, "run-1", running, "charge")
@@ -597,11 +596,11 @@ func testRunAdvance(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		lease := f.schedule("run-1", newStep(1, "charge"))
-		events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCancelled}})
-		if len(events) != 1 || events[0].Type != reprise.EventRunCancelled || events[0].Seq != 3 {
+		events := f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCancelled}})
+		if len(events) != 1 || events[0].Type != store.EventRunCancelled || events[0].Seq != 3 {
 			t.Fatalf("events = %s, want RunCancelled at seq 3", dump(events))
 		}
-		if run := f.get("run-1"); run.Status != reprise.RunCancelled {
+		if run := f.get("run-1"); run.Status != store.RunCancelled {
 			t.Fatalf("Status = %s, want cancelled", run.Status)
 		}
 		requireDropped(f, "run-1", nil, "charge")
@@ -610,53 +609,53 @@ func testRunAdvance(t *testing.T, open Open) {
 
 // busyRun creates a run with work of every kind: a running attempt
 // (charge, returned), a ready task (ship) and a pending timer (position 3).
-func (f *fixture) busyRun(id string) (reprise.RunLease, *reprise.Task) {
+func (f *fixture) busyRun(id string) (store.RunLease, *store.Task) {
 	f.t.Helper()
 	lease := f.schedule(id, newStep(1, "charge"), newStep(2, "ship"))
-	f.advance(lease, reprise.RunAdvanceParams{Timers: []reprise.TimerSpec{{Position: 3, Delay: time.Second}}})
+	f.advance(lease, store.RunAdvanceParams{Timers: []store.TimerSpec{{Position: 3, Delay: time.Second}}})
 	return lease, f.claimOne("charge")
 }
 
 // requireDropped requires that the run's tasks and timers are gone: the
 // claimed task's result is rejected, nothing of step is claimable, no timer
 // fires and nothing wakes.
-func requireDropped(f *fixture, runID string, claimed *reprise.Task, step string) {
+func requireDropped(f *fixture, runID string, claimed *store.Task, step string) {
 	f.t.Helper()
 	if claimed != nil {
-		_, err := f.store.TaskComplete(f.t.Context(), &reprise.TaskCompleteParams{
+		_, err := f.store.TaskComplete(f.t.Context(), &store.TaskCompleteParams{
 			TaskID: claimed.ID, Token: claimed.Token, Output: json.RawMessage(`1`),
 		})
-		requireErr(f.t, err, reprise.ErrLeaseLost)
-		_, err = f.store.TaskHeartbeat(f.t.Context(), &reprise.TaskHeartbeatParams{
+		requireErr(f.t, err, store.ErrLeaseLost)
+		_, err = f.store.TaskHeartbeat(f.t.Context(), &store.TaskHeartbeatParams{
 			TaskID: claimed.ID, Token: claimed.Token, LeaseTTL: minute,
 		})
-		requireErr(f.t, err, reprise.ErrLeaseLost)
+		requireErr(f.t, err, store.ErrLeaseLost)
 	}
 	f.claimNone(step)
 	f.clock.Advance(24 * time.Hour)
-	outcomes, err := f.store.TimerFire(f.t.Context(), &reprise.TimerFireParams{Limit: 10})
+	outcomes, err := f.store.TimerFire(f.t.Context(), &store.TimerFireParams{Limit: 10})
 	if err != nil {
 		f.t.Fatalf("TimerFire: %v", err)
 	}
 	if len(outcomes) != 0 {
 		f.t.Fatalf("timers of a finished run fired: %+v", outcomes)
 	}
-	wake, err := f.store.NextWake(f.t.Context(), &reprise.NextWakeParams{})
+	wake, err := f.store.NextWake(f.t.Context(), &store.NextWakeParams{})
 	if err != nil {
 		f.t.Fatalf("NextWake: %v", err)
 	}
-	if wake != (reprise.Wake{}) {
+	if wake != (store.Wake{}) {
 		f.t.Fatalf("NextWake = %+v, want nothing pending", wake)
 	}
-	if n := len(f.history(runID)); n == 0 || f.history(runID)[n-1].Type != reprise.EventRunCompleted &&
-		f.history(runID)[n-1].Type != reprise.EventRunFailed && f.history(runID)[n-1].Type != reprise.EventRunCancelled {
+	if n := len(f.history(runID)); n == 0 || f.history(runID)[n-1].Type != store.EventRunCompleted &&
+		f.history(runID)[n-1].Type != store.EventRunFailed && f.history(runID)[n-1].Type != store.EventRunCancelled {
 		f.t.Fatalf("history of %s does not end with the run's end: %s", runID, dump(f.history(runID)))
 	}
 }
 
-func stepScheduled(seq int64, at time.Time, s reprise.StepSpec) reprise.Event {
-	return reprise.Event{
-		Seq: seq, Type: reprise.EventStepScheduled, At: at, Execution: 1,
+func stepScheduled(seq int64, at time.Time, s store.StepSpec) store.Event {
+	return store.Event{
+		Seq: seq, Type: store.EventStepScheduled, At: at, Execution: 1,
 		Position: s.Position, Step: s.Name, Input: s.Input,
 		Policy: s.PolicyText, IdempotencyKey: s.IdempotencyKey,
 	}
@@ -671,23 +670,23 @@ func testRunCancel(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		now := f.now()
 
-		run, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-1", Reason: "operator"})
+		run, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "run-1", Reason: "operator"})
 		if err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
-		if run.Status != reprise.RunCancelled || run.ID != "run-1" {
+		if run.Status != store.RunCancelled || run.ID != "run-1" {
 			t.Fatalf("RunCancel returned %+v", run)
 		}
 		requireTime(t, "UpdatedAt", run.UpdatedAt, now)
-		requireEvents(t, f.last("run-1", 1), []reprise.Event{{
-			Seq: 6, Type: reprise.EventRunCancelled, At: now, Execution: 1, Reason: "operator",
+		requireEvents(t, f.last("run-1", 1), []store.Event{{
+			Seq: 6, Type: store.EventRunCancelled, At: now, Execution: 1, Reason: "operator",
 		}})
-		if got := f.get("run-1"); got.Status != reprise.RunCancelled {
+		if got := f.get("run-1"); got.Status != store.RunCancelled {
 			t.Fatalf("RunGet status = %s, want cancelled", got.Status)
 		}
 		// The workflow's holder learns the run is over.
-		_, err = f.store.RunAdvance(t.Context(), &reprise.RunAdvanceParams{RunID: "run-1", Token: lease.Token})
-		requireErr(t, err, reprise.ErrRunFinished)
+		_, err = f.store.RunAdvance(t.Context(), &store.RunAdvanceParams{RunID: "run-1", Token: lease.Token})
+		requireErr(t, err, store.ErrRunFinished)
 		requireDropped(f, "run-1", running, "ship")
 	})
 
@@ -696,9 +695,9 @@ func testRunCancel(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		lease := f.create("run-1")
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
-		f.requireChangedNothing("run-1", reprise.ErrRunFinished, func() error {
-			_, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-1"})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
+		f.requireChangedNothing("run-1", store.ErrRunFinished, func() error {
+			_, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "run-1"})
 			return err
 		})
 	})
@@ -706,8 +705,8 @@ func testRunCancel(t *testing.T, open Open) {
 	t.Run("MissingRunIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
-		_, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "missing"})
-		requireErr(t, err, reprise.ErrNotFound)
+		_, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "missing"})
+		requireErr(t, err, store.ErrNotFound)
 	})
 }
 
@@ -715,8 +714,8 @@ func testHistoryList(t *testing.T, open Open) {
 	t.Run("MissingRunIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
-		_, err := f.store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: "missing"})
-		requireErr(t, err, reprise.ErrNotFound)
+		_, err := f.store.HistoryList(t.Context(), &store.HistoryListParams{RunID: "missing"})
+		requireErr(t, err, store.ErrNotFound)
 	})
 
 	t.Run("SeqIsGaplessAndAtIsAppendTime", func(t *testing.T) {
@@ -732,12 +731,12 @@ func testHistoryList(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		f.complete(task)
 		f.clock.Advance(time.Second)
-		f.advance(a, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
-		f.advance(b, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
+		f.advance(a, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
+		f.advance(b, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
 
-		wantTypes := map[string][]reprise.EventType{
-			"a": {reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventAttemptStarted, reprise.EventStepCompleted, reprise.EventRunCompleted},
-			"b": {reprise.EventRunStarted, reprise.EventStepScheduled, reprise.EventRunCompleted},
+		wantTypes := map[string][]store.EventType{
+			"a": {store.EventRunStarted, store.EventStepScheduled, store.EventAttemptStarted, store.EventStepCompleted, store.EventRunCompleted},
+			"b": {store.EventRunStarted, store.EventStepScheduled, store.EventRunCompleted},
 		}
 		wantAt := map[string][]time.Duration{
 			"a": {0, 0, 2 * time.Second, 3 * time.Second, 4 * time.Second},
@@ -764,7 +763,7 @@ func testHistoryList(t *testing.T, open Open) {
 		f.schedule("run-1", newStep(1, "charge"), newStep(2, "ship"))
 		all := f.history("run-1")
 		for after := int64(0); after <= 4; after++ {
-			got, err := f.store.HistoryList(t.Context(), &reprise.HistoryListParams{RunID: "run-1", AfterSeq: after})
+			got, err := f.store.HistoryList(t.Context(), &store.HistoryListParams{RunID: "run-1", AfterSeq: after})
 			if err != nil {
 				t.Fatalf("HistoryList(AfterSeq %d): %v", after, err)
 			}
@@ -780,6 +779,6 @@ func sorted(s []string) []string {
 }
 
 // equalRun compares runs normalized by normRun.
-func equalRun(a, b reprise.Run) bool {
+func equalRun(a, b store.Run) bool {
 	return reflect.DeepEqual(a, b)
 }

@@ -1,9 +1,8 @@
 package storetest
 
 import (
+	"reprise/store"
 	"testing"
-
-	"reprise"
 )
 
 // testRunErrorOfAStep pins that a run's error keeps the fields that say
@@ -11,18 +10,18 @@ import (
 // parent's ChildFailed.
 func testRunErrorOfAStep(t *testing.T, open Open) {
 	f := setup(t, open)
-	runErr := &reprise.ErrorInfo{Type: "CardDeclined", Message: "card declined", Step: "charge", Position: 2,
+	runErr := &store.ErrorInfo{Type: "CardDeclined", Message: "card declined", Step: "charge", Position: 2,
 		Attempts: 3, Reason: "exhausted"}
 
 	lease := f.schedule("run-1", newStep(1, "reserve"), newStep(2, "charge"))
-	events := f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunFailed, Error: runErr}})
-	want := []reprise.Event{{Seq: 4, Type: reprise.EventRunFailed, At: start, Execution: 1, Error: runErr}}
+	events := f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunFailed, Error: runErr}})
+	want := []store.Event{{Seq: 4, Type: store.EventRunFailed, At: start, Execution: 1, Error: runErr}}
 	requireEvents(t, events, want)
 	requireEvents(t, f.last("run-1", 1), want)
 	if run := f.get("run-1"); run.Error == nil || *run.Error != *runErr {
 		t.Fatalf("RunGet: error %+v, want %+v", run.Error, runErr)
 	}
-	runs, err := f.store.RunList(t.Context(), &reprise.RunListParams{Status: reprise.RunFailed})
+	runs, err := f.store.RunList(t.Context(), &store.RunListParams{Status: store.RunFailed})
 	if err != nil {
 		t.Fatalf("RunList: %v", err)
 	}
@@ -32,8 +31,8 @@ func testRunErrorOfAStep(t *testing.T, open Open) {
 
 	parent := f.create("parent")
 	child := f.startChildRun(parent, 1, "child")
-	adv := f.advanced(child, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunFailed, Error: runErr}})
-	want = []reprise.Event{{Seq: 3, Type: reprise.EventChildFailed, At: start, Execution: 1, Position: 1, Child: "child",
+	adv := f.advanced(child, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunFailed, Error: runErr}})
+	want = []store.Event{{Seq: 3, Type: store.EventChildFailed, At: start, Execution: 1, Position: 1, Child: "child",
 		Error: runErr, Reason: "failed"}}
 	if adv.Parent == nil {
 		t.Fatal("Advanced.Parent = nil, want the parent's ChildFailed")

@@ -2,16 +2,15 @@ package storetest
 
 import (
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // define calls StepDefine, which must succeed.
-func (f *fixture) define(name, kind, url, policy string) (*reprise.StepDefinition, bool) {
+func (f *fixture) define(name, kind, url, policy string) (*store.StepDefinition, bool) {
 	f.t.Helper()
-	def, created, err := f.store.StepDefine(f.t.Context(), &reprise.StepDefineParams{Name: name, Kind: kind, URL: url, Policy: policy})
+	def, created, err := f.store.StepDefine(f.t.Context(), &store.StepDefineParams{Name: name, Kind: kind, URL: url, Policy: policy})
 	if err != nil {
 		f.t.Fatalf("StepDefine(%s): %v", name, err)
 	}
@@ -19,9 +18,9 @@ func (f *fixture) define(name, kind, url, policy string) (*reprise.StepDefinitio
 }
 
 // stepDef calls StepDefGet, which must succeed.
-func (f *fixture) stepDef(name string, version int) *reprise.StepDefinition {
+func (f *fixture) stepDef(name string, version int) *store.StepDefinition {
 	f.t.Helper()
-	def, err := f.store.StepDefGet(f.t.Context(), &reprise.StepDefGetParams{Name: name, Version: version})
+	def, err := f.store.StepDefGet(f.t.Context(), &store.StepDefGetParams{Name: name, Version: version})
 	if err != nil {
 		f.t.Fatalf("StepDefGet(%s, %d): %v", name, version, err)
 	}
@@ -29,9 +28,9 @@ func (f *fixture) stepDef(name string, version int) *reprise.StepDefinition {
 }
 
 // stepDefs calls StepDefList, which must succeed.
-func (f *fixture) stepDefs() []*reprise.StepDefinition {
+func (f *fixture) stepDefs() []*store.StepDefinition {
 	f.t.Helper()
-	defs, err := f.store.StepDefList(f.t.Context(), &reprise.StepDefListParams{})
+	defs, err := f.store.StepDefList(f.t.Context(), &store.StepDefListParams{})
 	if err != nil {
 		f.t.Fatalf("StepDefList: %v", err)
 	}
@@ -39,9 +38,9 @@ func (f *fixture) stepDefs() []*reprise.StepDefinition {
 }
 
 // requireDef compares a definition field by field, times as instants.
-func requireDef(t *testing.T, got, want *reprise.StepDefinition) {
+func requireDef(t *testing.T, got, want *store.StepDefinition) {
 	t.Helper()
-	norm := func(d *reprise.StepDefinition) reprise.StepDefinition {
+	norm := func(d *store.StepDefinition) store.StepDefinition {
 		n := *d
 		n.CreatedAt, n.DeletedAt = normTime(n.CreatedAt), normTime(n.DeletedAt)
 		return n
@@ -60,7 +59,7 @@ func testStepDefinitions(t *testing.T, open Open) {
 		t0 := f.now()
 
 		def, created := f.define("charge", "http", url1, "[retry: 3]")
-		v1 := &reprise.StepDefinition{Name: "charge", Version: 1, Kind: "http", URL: url1, Policy: "[retry: 3]", CreatedAt: t0}
+		v1 := &store.StepDefinition{Name: "charge", Version: 1, Kind: "http", URL: url1, Policy: "[retry: 3]", CreatedAt: t0}
 		if !created {
 			t.Fatal("a new step: created = false")
 		}
@@ -76,7 +75,7 @@ func testStepDefinitions(t *testing.T, open Open) {
 
 		t1 := f.now()
 		def, created = f.define("charge", "http", url2, "[retry: 3]")
-		v2 := &reprise.StepDefinition{Name: "charge", Version: 2, Kind: "http", URL: url2, Policy: "[retry: 3]", CreatedAt: t1}
+		v2 := &store.StepDefinition{Name: "charge", Version: 2, Kind: "http", URL: url2, Policy: "[retry: 3]", CreatedAt: t1}
 		if !created {
 			t.Fatal("a new URL: created = false")
 		}
@@ -84,7 +83,7 @@ func testStepDefinitions(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		t2 := f.now()
 		def, _ = f.define("charge", "http", url2, "")
-		v3 := &reprise.StepDefinition{Name: "charge", Version: 3, Kind: "http", URL: url2, CreatedAt: t2}
+		v3 := &store.StepDefinition{Name: "charge", Version: 3, Kind: "http", URL: url2, CreatedAt: t2}
 		requireDef(t, def, v3)
 
 		// Each version stays readable; version 0 is the current one.
@@ -92,9 +91,9 @@ func testStepDefinitions(t *testing.T, open Open) {
 		requireDef(t, f.stepDef("charge", 1), v1)
 		requireDef(t, f.stepDef("charge", 2), v2)
 		requireDef(t, f.stepDef("charge", 3), v3)
-		for _, p := range []reprise.StepDefGetParams{{Name: "charge", Version: 4}, {Name: "refund"}, {Name: "refund", Version: 1}} {
+		for _, p := range []store.StepDefGetParams{{Name: "charge", Version: 4}, {Name: "refund"}, {Name: "refund", Version: 1}} {
 			_, err := f.store.StepDefGet(t.Context(), &p)
-			requireErr(t, err, reprise.ErrNotFound)
+			requireErr(t, err, store.ErrNotFound)
 		}
 	})
 
@@ -102,10 +101,10 @@ func testStepDefinitions(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 		v1, _ := f.define("resize", "pull", "", "")
-		_, _, err := f.store.StepDefine(t.Context(), &reprise.StepDefineParams{Name: "resize", Kind: "http", URL: url1})
-		requireErr(t, err, reprise.ErrStepKindChanged)
+		_, _, err := f.store.StepDefine(t.Context(), &store.StepDefineParams{Name: "resize", Kind: "http", URL: url1})
+		requireErr(t, err, store.ErrStepKindChanged)
 		requireDef(t, f.stepDef("resize", 0), v1)
-		for _, p := range []reprise.StepDefineParams{{Kind: "http"}, {Name: "x"}} {
+		for _, p := range []store.StepDefineParams{{Kind: "http"}, {Name: "x"}} {
 			if _, _, err := f.store.StepDefine(t.Context(), &p); err == nil {
 				t.Fatalf("StepDefine(%+v) succeeded, want an error", p)
 			}
@@ -124,12 +123,12 @@ func testStepDefinitions(t *testing.T, open Open) {
 		resize, _ := f.define("resize", "pull", "", "")
 		ship, _ := f.define("ship", "pull", "", "[timeout: 1m]")
 		f.define("gone", "http", url1, "")
-		if err := f.store.StepDefDelete(t.Context(), &reprise.StepDefDeleteParams{Name: "gone"}); err != nil {
+		if err := f.store.StepDefDelete(t.Context(), &store.StepDefDeleteParams{Name: "gone"}); err != nil {
 			t.Fatal(err)
 		}
 
 		defs := f.stepDefs()
-		want := []*reprise.StepDefinition{charge, resize, ship}
+		want := []*store.StepDefinition{charge, resize, ship}
 		if len(defs) != len(want) {
 			t.Fatalf("StepDefList = %d definitions, want %d: %+v", len(defs), len(want), defs)
 		}
@@ -144,15 +143,15 @@ func testStepDefinitions(t *testing.T, open Open) {
 		def, _ := f.define("charge", "http", url1, "")
 		f.schedule("run-1", newStep(1, "charge"))
 		del := func(force bool) error {
-			return f.store.StepDefDelete(t.Context(), &reprise.StepDefDeleteParams{Name: "charge", Force: force})
+			return f.store.StepDefDelete(t.Context(), &store.StepDefDeleteParams{Name: "charge", Force: force})
 		}
 
 		// Ready, leased, waiting to retry: each keeps it in use.
-		requireErr(t, del(false), reprise.ErrStepInUse)
+		requireErr(t, del(false), store.ErrStepInUse)
 		task := f.claimOne("charge")
-		requireErr(t, del(false), reprise.ErrStepInUse)
+		requireErr(t, del(false), store.ErrStepInUse)
 		f.retry(task, time.Minute)
-		requireErr(t, del(false), reprise.ErrStepInUse)
+		requireErr(t, del(false), store.ErrStepInUse)
 		requireDef(t, f.stepDef("charge", 0), def)
 
 		f.clock.Advance(time.Minute)
@@ -162,16 +161,16 @@ func testStepDefinitions(t *testing.T, open Open) {
 		if err := del(false); err != nil {
 			t.Fatalf("StepDefDelete once no task needs it: %v", err)
 		}
-		_, err := f.store.StepDefGet(t.Context(), &reprise.StepDefGetParams{Name: "charge"})
-		requireErr(t, err, reprise.ErrNotFound)
+		_, err := f.store.StepDefGet(t.Context(), &store.StepDefGetParams{Name: "charge"})
+		requireErr(t, err, store.ErrNotFound)
 		deleted := *def
 		deleted.DeletedAt = now
 		requireDef(t, f.stepDef("charge", 1), &deleted)
 		if defs := f.stepDefs(); len(defs) != 0 {
 			t.Fatalf("StepDefList after the delete = %+v", defs)
 		}
-		requireErr(t, del(false), reprise.ErrNotFound)
-		requireErr(t, del(true), reprise.ErrNotFound)
+		requireErr(t, del(false), store.ErrNotFound)
+		requireErr(t, del(true), store.ErrNotFound)
 
 		// Defined again, even as another kind, it takes the next number:
 		// a version is never reused.
@@ -186,12 +185,12 @@ func testStepDefinitions(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 		f.define("charge", "http", url1, "")
-		_, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "one-step", Workflow: "step:charge"})
+		_, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{ID: "one-step", Workflow: "step:charge"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := &reprise.StepDefDeleteParams{Name: "charge", Workflows: []string{"other", "step:charge"}}
-		requireErr(t, f.store.StepDefDelete(t.Context(), p), reprise.ErrStepInUse)
+		p := &store.StepDefDeleteParams{Name: "charge", Workflows: []string{"other", "step:charge"}}
+		requireErr(t, f.store.StepDefDelete(t.Context(), p), store.ErrStepInUse)
 		// Other workflows' runs do not count.
 		p.Workflows = []string{"other"}
 		if err := f.store.StepDefDelete(t.Context(), p); err != nil {
@@ -204,11 +203,11 @@ func testStepDefinitions(t *testing.T, open Open) {
 		f := setup(t, open)
 		f.define("charge", "http", url1, "")
 		f.schedule("run-1", newStep(1, "charge"))
-		if err := f.store.StepDefDelete(t.Context(), &reprise.StepDefDeleteParams{Name: "charge", Force: true}); err != nil {
+		if err := f.store.StepDefDelete(t.Context(), &store.StepDefDeleteParams{Name: "charge", Force: true}); err != nil {
 			t.Fatalf("StepDefDelete with Force while in use: %v", err)
 		}
-		_, err := f.store.StepDefGet(t.Context(), &reprise.StepDefGetParams{Name: "charge"})
-		requireErr(t, err, reprise.ErrNotFound)
+		_, err := f.store.StepDefGet(t.Context(), &store.StepDefGetParams{Name: "charge"})
+		requireErr(t, err, store.ErrNotFound)
 		// The task stays: it waits for the step to be defined again.
 		if task := f.claimOne("charge"); task.RunID != "run-1" {
 			t.Fatalf("task = %+v", task)
@@ -218,12 +217,12 @@ func testStepDefinitions(t *testing.T, open Open) {
 	t.Run("AScheduledStepKeepsItsVersion", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
-		versioned := func(s reprise.StepSpec, v int) reprise.StepSpec {
+		versioned := func(s store.StepSpec, v int) store.StepSpec {
 			s.StepVersion = v
 			return s
 		}
 		lease := f.create("run-1")
-		events := f.advance(lease, reprise.RunAdvanceParams{Steps: []reprise.StepSpec{
+		events := f.advance(lease, store.RunAdvanceParams{Steps: []store.StepSpec{
 			versioned(newStep(1, "charge"), 3), versioned(newStep(2, "ship"), 0),
 		}})
 		if len(events) != 2 || events[0].Version != 3 || events[1].Version != 0 {
@@ -255,7 +254,7 @@ func testStepDefinitions(t *testing.T, open Open) {
 		}
 		f.failAttempt(next)
 		f.failRun(lease)
-		if _, err := f.store.RunRedrive(t.Context(), &reprise.RunRedriveParams{ID: "run-1", By: "operator"}); err != nil {
+		if _, err := f.store.RunRedrive(t.Context(), &store.RunRedriveParams{ID: "run-1", By: "operator"}); err != nil {
 			t.Fatal(err)
 		}
 		if task := f.claimOne("charge"); task.StepVersion != 3 {
@@ -264,8 +263,8 @@ func testStepDefinitions(t *testing.T, open Open) {
 
 		// A step leased as it is scheduled has it too.
 		lease2 := f.create("run-2")
-		adv := f.advanced(lease2, reprise.RunAdvanceParams{LeaseOwner: engine, LeaseTTL: minute,
-			Steps: []reprise.StepSpec{func() reprise.StepSpec { s := versioned(newStep(1, "charge"), 4); s.Lease = true; return s }()}})
+		adv := f.advanced(lease2, store.RunAdvanceParams{LeaseOwner: engine, LeaseTTL: minute,
+			Steps: []store.StepSpec{func() store.StepSpec { s := versioned(newStep(1, "charge"), 4); s.Lease = true; return s }()}})
 		if len(adv.Tasks) != 1 || adv.Tasks[0].StepVersion != 4 {
 			t.Fatalf("leased at once: %+v, want one task of StepVersion 4", adv.Tasks)
 		}

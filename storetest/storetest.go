@@ -9,20 +9,19 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"reprise/store"
 	"sync"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // Open opens an empty store for one test. The store must read its time from
 // now, and should be closed by the time t ends (t.Cleanup).
-type Open func(t *testing.T, now func() time.Time) reprise.Store
+type Open func(t *testing.T, now func() time.Time) store.Store
 
 // Run runs the suite against the stores open returns. Each subtest opens its
 // own store, and most run in parallel.
-func Run(t *testing.T, open func(t *testing.T, now func() time.Time) reprise.Store) {
+func Run(t *testing.T, open func(t *testing.T, now func() time.Time) store.Store) {
 	t.Run("RunCreate", func(t *testing.T) { t.Parallel(); testRunCreate(t, open) })
 	t.Run("RunCreateFirst", func(t *testing.T) { t.Parallel(); testRunCreateFirst(t, open) })
 	t.Run("RunGet", func(t *testing.T) { t.Parallel(); testRunGet(t, open) })
@@ -91,7 +90,7 @@ func (c *clock) Advance(d time.Duration) {
 // on unexpected errors.
 type fixture struct {
 	t     *testing.T
-	store reprise.Store
+	store store.Store
 	clock *clock
 }
 
@@ -104,9 +103,9 @@ func setup(t *testing.T, open Open) *fixture {
 func (f *fixture) now() time.Time { return f.clock.Now() }
 
 // create creates a run leased to engine for a minute.
-func (f *fixture) create(id string) reprise.RunLease {
+func (f *fixture) create(id string) store.RunLease {
 	f.t.Helper()
-	lease, created, err := f.store.RunCreate(f.t.Context(), &reprise.RunCreateParams{
+	lease, created, err := f.store.RunCreate(f.t.Context(), &store.RunCreateParams{
 		ID:       id,
 		Workflow: "order",
 		Input:    json.RawMessage(`{"run":"` + id + `"}`),
@@ -123,13 +122,13 @@ func (f *fixture) create(id string) reprise.RunLease {
 }
 
 // advance calls RunAdvance with the lease's token and returns the events.
-func (f *fixture) advance(lease reprise.RunLease, p reprise.RunAdvanceParams) []reprise.Event {
+func (f *fixture) advance(lease store.RunLease, p store.RunAdvanceParams) []store.Event {
 	f.t.Helper()
 	return f.advanced(lease, p).Events
 }
 
 // advanced calls RunAdvance with the lease's token.
-func (f *fixture) advanced(lease reprise.RunLease, p reprise.RunAdvanceParams) *reprise.Advanced {
+func (f *fixture) advanced(lease store.RunLease, p store.RunAdvanceParams) *store.Advanced {
 	f.t.Helper()
 	p.RunID = lease.Run.ID
 	p.Token = lease.Token
@@ -142,16 +141,16 @@ func (f *fixture) advanced(lease reprise.RunLease, p reprise.RunAdvanceParams) *
 
 // schedule creates a run with the given steps scheduled and returns its
 // lease.
-func (f *fixture) schedule(id string, steps ...reprise.StepSpec) reprise.RunLease {
+func (f *fixture) schedule(id string, steps ...store.StepSpec) store.RunLease {
 	f.t.Helper()
 	lease := f.create(id)
-	f.advance(lease, reprise.RunAdvanceParams{Steps: steps})
+	f.advance(lease, store.RunAdvanceParams{Steps: steps})
 	return lease
 }
 
 // newStep returns a step with every field set.
-func newStep(position int, name string) reprise.StepSpec {
-	return reprise.StepSpec{
+func newStep(position int, name string) store.StepSpec {
+	return store.StepSpec{
 		Position:       position,
 		Name:           name,
 		Input:          json.RawMessage(fmt.Sprintf(`{"position":%d}`, position)),
@@ -162,17 +161,17 @@ func newStep(position int, name string) reprise.StepSpec {
 }
 
 // withTimeout returns s with an attempt timeout.
-func withTimeout(s reprise.StepSpec, d time.Duration) reprise.StepSpec {
+func withTimeout(s store.StepSpec, d time.Duration) store.StepSpec {
 	s.Timeout = d
 	return s
 }
 
 // claim claims tasks of one step name for owner with the given lease.
-func (f *fixture) claim(owner, step string, limit int, ttl time.Duration) []*reprise.Task {
+func (f *fixture) claim(owner, step string, limit int, ttl time.Duration) []*store.Task {
 	f.t.Helper()
-	tasks, err := f.store.TaskClaim(f.t.Context(), &reprise.TaskClaimParams{
+	tasks, err := f.store.TaskClaim(f.t.Context(), &store.TaskClaimParams{
 		Owner:    owner,
-		Steps:    []reprise.StepQuota{{Name: step, Limit: limit}},
+		Steps:    []store.StepQuota{{Name: step, Limit: limit}},
 		LeaseTTL: ttl,
 	})
 	if err != nil {
@@ -183,7 +182,7 @@ func (f *fixture) claim(owner, step string, limit int, ttl time.Duration) []*rep
 
 // claimOne claims exactly one task of the step name, for worker with a
 // minute's lease.
-func (f *fixture) claimOne(step string) *reprise.Task {
+func (f *fixture) claimOne(step string) *store.Task {
 	f.t.Helper()
 	tasks := f.claim(worker, step, 1, minute)
 	if len(tasks) != 1 {
@@ -200,7 +199,7 @@ func (f *fixture) claimNone(step string) {
 	}
 }
 
-func (f *fixture) get(id string) *reprise.Run {
+func (f *fixture) get(id string) *store.Run {
 	f.t.Helper()
 	run, err := f.store.RunGet(f.t.Context(), id)
 	if err != nil {
@@ -209,9 +208,9 @@ func (f *fixture) get(id string) *reprise.Run {
 	return run
 }
 
-func (f *fixture) history(runID string) []reprise.Event {
+func (f *fixture) history(runID string) []store.Event {
 	f.t.Helper()
-	events, err := f.store.HistoryList(f.t.Context(), &reprise.HistoryListParams{RunID: runID})
+	events, err := f.store.HistoryList(f.t.Context(), &store.HistoryListParams{RunID: runID})
 	if err != nil {
 		f.t.Fatalf("HistoryList(%s): %v", runID, err)
 	}
@@ -219,7 +218,7 @@ func (f *fixture) history(runID string) []reprise.Event {
 }
 
 // last returns the run's last n events.
-func (f *fixture) last(runID string, n int) []reprise.Event {
+func (f *fixture) last(runID string, n int) []store.Event {
 	f.t.Helper()
 	events := f.history(runID)
 	if len(events) < n {
@@ -228,9 +227,9 @@ func (f *fixture) last(runID string, n int) []reprise.Event {
 	return events[len(events)-n:]
 }
 
-func (f *fixture) complete(task *reprise.Task) *reprise.Outcome {
+func (f *fixture) complete(task *store.Task) *store.Outcome {
 	f.t.Helper()
-	out, err := f.store.TaskComplete(f.t.Context(), &reprise.TaskCompleteParams{
+	out, err := f.store.TaskComplete(f.t.Context(), &store.TaskCompleteParams{
 		TaskID: task.ID, Token: task.Token, Attempt: task.Attempt, Output: json.RawMessage(`"done"`),
 	})
 	if err != nil {
@@ -240,7 +239,7 @@ func (f *fixture) complete(task *reprise.Task) *reprise.Outcome {
 }
 
 // retry fails the task's attempt with a retry after delay.
-func (f *fixture) retry(task *reprise.Task, delay time.Duration) *reprise.Outcome {
+func (f *fixture) retry(task *store.Task, delay time.Duration) *store.Outcome {
 	f.t.Helper()
 	out, err := f.store.TaskFail(f.t.Context(), retryParams(task, delay))
 	if err != nil {
@@ -249,12 +248,12 @@ func (f *fixture) retry(task *reprise.Task, delay time.Duration) *reprise.Outcom
 	return out
 }
 
-func retryParams(task *reprise.Task, delay time.Duration) *reprise.TaskFailParams {
-	return &reprise.TaskFailParams{
+func retryParams(task *store.Task, delay time.Duration) *store.TaskFailParams {
+	return &store.TaskFailParams{
 		TaskID:  task.ID,
 		Token:   task.Token,
 		Attempt: task.Attempt,
-		Error:   reprise.ErrorInfo{Type: "NetworkError", Message: "connection reset"},
+		Error:   store.ErrorInfo{Type: "NetworkError", Message: "connection reset"},
 		Retry:   true,
 		Delay:   delay,
 		Rule:    "[retry: 3, backoff: 1s]",
@@ -300,7 +299,7 @@ func requireJSON(t *testing.T, what string, got, want json.RawMessage) {
 
 // requireEvents compares events field by field; times are compared as
 // instants.
-func requireEvents(t *testing.T, got, want []reprise.Event) {
+func requireEvents(t *testing.T, got, want []store.Event) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("got %d events, want %d:\n got %s\nwant %s", len(got), len(want), dump(got), dump(want))
@@ -308,19 +307,19 @@ func requireEvents(t *testing.T, got, want []reprise.Event) {
 	for i := range got {
 		g, w := normEvent(got[i]), normEvent(want[i])
 		if !reflect.DeepEqual(g, w) {
-			t.Fatalf("event %d:\n got %s\nwant %s", i, dump([]reprise.Event{g}), dump([]reprise.Event{w}))
+			t.Fatalf("event %d:\n got %s\nwant %s", i, dump([]store.Event{g}), dump([]store.Event{w}))
 		}
 	}
 }
 
-func dump(events []reprise.Event) string {
+func dump(events []store.Event) string {
 	b, _ := json.Marshal(events)
 	return string(b)
 }
 
 // normEvent makes equal events deeply equal: times in UTC without
 // monotonic readings, empty JSON as nil.
-func normEvent(e reprise.Event) reprise.Event {
+func normEvent(e store.Event) store.Event {
 	e.At = normTime(e.At)
 	e.LeaseUntil = normTime(e.LeaseUntil)
 	e.RetryAt = normTime(e.RetryAt)
@@ -330,7 +329,7 @@ func normEvent(e reprise.Event) reprise.Event {
 	return e
 }
 
-func normRun(r *reprise.Run) reprise.Run {
+func normRun(r *store.Run) store.Run {
 	n := *r
 	n.CreatedAt = normTime(n.CreatedAt)
 	n.UpdatedAt = normTime(n.UpdatedAt)

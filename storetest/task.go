@@ -4,12 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 func testTaskClaim(t *testing.T, open Open) {
@@ -35,8 +34,8 @@ func testTaskClaim(t *testing.T, open Open) {
 		requireTime(t, "LeaseUntil", task.LeaseUntil, now.Add(minute))
 		requireTime(t, "StartedAt", task.StartedAt, now)
 		requireTime(t, "FirstStartedAt", task.FirstStartedAt, now)
-		requireEvents(t, f.last("run-1", 1), []reprise.Event{{
-			Seq: 3, Type: reprise.EventAttemptStarted, At: now, Execution: 1,
+		requireEvents(t, f.last("run-1", 1), []store.Event{{
+			Seq: 3, Type: store.EventAttemptStarted, At: now, Execution: 1,
 			Position: 1, Step: "charge", Attempt: 1, Worker: worker,
 			LeaseUntil: now.Add(minute), IdempotencyKey: s.IdempotencyKey,
 		}})
@@ -62,9 +61,9 @@ func testTaskClaim(t *testing.T, open Open) {
 
 		f.schedule("run-1", newStep(1, "charge"), newStep(2, "charge"), newStep(3, "charge"),
 			newStep(4, "ship"), newStep(5, "ship"), newStep(6, "email"))
-		tasks, err := f.store.TaskClaim(t.Context(), &reprise.TaskClaimParams{
+		tasks, err := f.store.TaskClaim(t.Context(), &store.TaskClaimParams{
 			Owner:    worker,
-			Steps:    []reprise.StepQuota{{Name: "charge", Limit: 2}, {Name: "ship", Limit: 5}, {Name: "missing", Limit: 3}},
+			Steps:    []store.StepQuota{{Name: "charge", Limit: 2}, {Name: "ship", Limit: 5}, {Name: "missing", Limit: 3}},
 			LeaseTTL: minute,
 		})
 		if err != nil {
@@ -79,8 +78,8 @@ func testTaskClaim(t *testing.T, open Open) {
 		}
 		// AttemptStarted for each, in the order returned.
 		for i, e := range f.last("run-1", 4) {
-			if e.Type != reprise.EventAttemptStarted || e.Position != tasks[i].Position {
-				t.Fatalf("event %d = %s, want AttemptStarted of position %d", i, dump([]reprise.Event{e}), tasks[i].Position)
+			if e.Type != store.EventAttemptStarted || e.Position != tasks[i].Position {
+				t.Fatalf("event %d = %s, want AttemptStarted of position %d", i, dump([]store.Event{e}), tasks[i].Position)
 			}
 		}
 		f.claimOne("charge")
@@ -97,9 +96,9 @@ func testTaskClaim(t *testing.T, open Open) {
 		f.schedule("late", newStep(5, "charge"), newStep(6, "ship"))
 		f.clock.Advance(time.Second)
 
-		claim := func(limit int, quotas ...reprise.StepQuota) []string {
+		claim := func(limit int, quotas ...store.StepQuota) []string {
 			t.Helper()
-			tasks, err := f.store.TaskClaim(t.Context(), &reprise.TaskClaimParams{
+			tasks, err := f.store.TaskClaim(t.Context(), &store.TaskClaimParams{
 				Owner: worker, Steps: quotas, Limit: limit, LeaseTTL: minute,
 			})
 			if err != nil {
@@ -111,18 +110,18 @@ func testTaskClaim(t *testing.T, open Open) {
 			}
 			return got
 		}
-		got := claim(3, reprise.StepQuota{Name: "charge", Limit: 2}, reprise.StepQuota{Name: "ship", Limit: 5})
+		got := claim(3, store.StepQuota{Name: "charge", Limit: 2}, store.StepQuota{Name: "ship", Limit: 5})
 		if want := []string{"charge/1", "charge/2", "ship/3"}; !slices.Equal(got, want) {
 			t.Fatalf("Limit 3 claimed %v, want %v", got, want)
 		}
 		// Zero: the sum of the quotas. The oldest come first whatever the step.
-		got = claim(0, reprise.StepQuota{Name: "charge", Limit: 5}, reprise.StepQuota{Name: "ship", Limit: 1})
+		got = claim(0, store.StepQuota{Name: "charge", Limit: 5}, store.StepQuota{Name: "ship", Limit: 1})
 		if want := []string{"ship/4", "charge/5"}; !slices.Equal(got, want) {
 			t.Fatalf("Limit 0 claimed %v, want %v", got, want)
 		}
 		for i, e := range f.last("late", 1) {
-			if e.Type != reprise.EventAttemptStarted || e.Position != 5 {
-				t.Fatalf("late's event %d = %s, want AttemptStarted of position 5", i, dump([]reprise.Event{e}))
+			if e.Type != store.EventAttemptStarted || e.Position != 5 {
+				t.Fatalf("late's event %d = %s, want AttemptStarted of position 5", i, dump([]store.Event{e}))
 			}
 		}
 		f.claimOne("ship")
@@ -167,7 +166,7 @@ func testTaskClaim(t *testing.T, open Open) {
 
 		const runs, stepsPerRun, claimers = 5, 100, 8
 		for r := range runs {
-			steps := make([]reprise.StepSpec, stepsPerRun)
+			steps := make([]store.StepSpec, stepsPerRun)
 			for i := range steps {
 				steps[i] = newStep(i+1, "charge")
 			}
@@ -176,16 +175,16 @@ func testTaskClaim(t *testing.T, open Open) {
 
 		// claimAll claims every ready task with concurrent claimers and
 		// returns each task's claims.
-		claimAll := func() map[int64][]*reprise.Task {
+		claimAll := func() map[int64][]*store.Task {
 			var mu sync.Mutex
-			claims := map[int64][]*reprise.Task{}
+			claims := map[int64][]*store.Task{}
 			var wg sync.WaitGroup
 			for c := range claimers {
 				wg.Go(func() {
 					for {
-						tasks, err := f.store.TaskClaim(t.Context(), &reprise.TaskClaimParams{
+						tasks, err := f.store.TaskClaim(t.Context(), &store.TaskClaimParams{
 							Owner:    fmt.Sprintf("worker-%d", c),
-							Steps:    []reprise.StepQuota{{Name: "charge", Limit: 7}},
+							Steps:    []store.StepQuota{{Name: "charge", Limit: 7}},
 							LeaseTTL: minute,
 						})
 						if err != nil {
@@ -206,7 +205,7 @@ func testTaskClaim(t *testing.T, open Open) {
 			wg.Wait()
 			return claims
 		}
-		requireOnce := func(claims map[int64][]*reprise.Task, attempt int) {
+		requireOnce := func(claims map[int64][]*store.Task, attempt int) {
 			t.Helper()
 			if len(claims) != runs*stepsPerRun {
 				t.Fatalf("claimed %d distinct tasks, want %d", len(claims), runs*stepsPerRun)
@@ -223,7 +222,7 @@ func testTaskClaim(t *testing.T, open Open) {
 
 		// Fail every attempt concurrently; all become ready again at once.
 		var wg sync.WaitGroup
-		tasks := make(chan *reprise.Task)
+		tasks := make(chan *store.Task)
 		for range claimers {
 			wg.Go(func() {
 				for task := range tasks {
@@ -263,7 +262,7 @@ func testTaskClaim(t *testing.T, open Open) {
 }
 
 func testTaskGet(t *testing.T, open Open) {
-	get := func(f *fixture, id int64) *reprise.Task {
+	get := func(f *fixture, id int64) *store.Task {
 		f.t.Helper()
 		task, err := f.store.TaskGet(f.t.Context(), id)
 		if err != nil {
@@ -301,25 +300,25 @@ func testTaskGet(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		_, err := f.store.TaskGet(t.Context(), 12345)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 
 		f.schedule("run-1", newStep(1, "charge"), newStep(2, "ship"))
 		done := f.claimOne("charge")
 		f.complete(done)
 		_, err = f.store.TaskGet(t.Context(), done.ID)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 
 		dropped := f.claimOne("ship")
-		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "run-1"}); err != nil {
+		if _, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "run-1"}); err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
 		_, err = f.store.TaskGet(t.Context(), dropped.ID)
-		requireErr(t, err, reprise.ErrNotFound)
+		requireErr(t, err, store.ErrNotFound)
 	})
 }
 
 // normTask makes equal tasks deeply equal.
-func normTask(t *reprise.Task) reprise.Task {
+func normTask(t *store.Task) store.Task {
 	n := *t
 	n.LeaseUntil = normTime(n.LeaseUntil)
 	n.StartedAt = normTime(n.StartedAt)
@@ -330,17 +329,17 @@ func normTask(t *reprise.Task) reprise.Task {
 }
 
 // heartbeat extends the task's lease by ttl.
-func (f *fixture) heartbeat(task *reprise.Task, ttl time.Duration) (time.Time, error) {
-	return f.store.TaskHeartbeat(f.t.Context(), &reprise.TaskHeartbeatParams{
+func (f *fixture) heartbeat(task *store.Task, ttl time.Duration) (time.Time, error) {
+	return f.store.TaskHeartbeat(f.t.Context(), &store.TaskHeartbeatParams{
 		TaskID: task.ID, Token: task.Token, LeaseTTL: ttl,
 	})
 }
 
 // expired lists up to limit tasks whose lease has lapsed (zero: the
 // store's default).
-func (f *fixture) expired(limit int) []*reprise.Task {
+func (f *fixture) expired(limit int) []*store.Task {
 	f.t.Helper()
-	tasks, err := f.store.TaskListExpired(f.t.Context(), &reprise.TaskListExpiredParams{Limit: limit})
+	tasks, err := f.store.TaskListExpired(f.t.Context(), &store.TaskListExpiredParams{Limit: limit})
 	if err != nil {
 		f.t.Fatalf("TaskListExpired: %v", err)
 	}
@@ -363,7 +362,7 @@ func testTaskHeartbeat(t *testing.T, open Open) {
 
 		// Past the first lease, the attempt still holds its task.
 		f.clock.Advance(20 * time.Second)
-		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		expired, err := f.store.TaskListExpired(t.Context(), &store.TaskListExpiredParams{})
 		if err != nil || len(expired) != 0 {
 			t.Fatalf("TaskListExpired = %d tasks, %v; want none", len(expired), err)
 		}
@@ -385,7 +384,7 @@ func testTaskHeartbeat(t *testing.T, open Open) {
 		requireTime(t, "lease", until, task.StartedAt.Add(90*time.Second))
 		f.clock.Advance(40 * time.Second) // at the timeout: lapsed
 		_, err = f.heartbeat(task, minute)
-		requireErr(t, err, reprise.ErrLeaseLost)
+		requireErr(t, err, store.ErrLeaseLost)
 	})
 
 	t.Run("StaleLapsedOrGoneIsLeaseLost", func(t *testing.T) {
@@ -397,16 +396,16 @@ func testTaskHeartbeat(t *testing.T, open Open) {
 		stale := *task
 		stale.Token++
 		_, err := f.heartbeat(&stale, minute)
-		requireErr(t, err, reprise.ErrLeaseLost)
+		requireErr(t, err, store.ErrLeaseLost)
 
 		f.clock.Advance(minute) // now == LeaseUntil: lapsed
 		_, err = f.heartbeat(task, minute)
-		requireErr(t, err, reprise.ErrLeaseLost)
+		requireErr(t, err, store.ErrLeaseLost)
 
 		ship := f.claimOne("ship")
 		f.complete(ship)
 		_, err = f.heartbeat(ship, minute)
-		requireErr(t, err, reprise.ErrLeaseLost)
+		requireErr(t, err, store.ErrLeaseLost)
 	})
 }
 
@@ -419,14 +418,14 @@ func testTaskComplete(t *testing.T, open Open) {
 		task := f.claimOne("charge")
 		f.clock.Advance(time.Second)
 		now := f.now()
-		out, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{
+		out, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{
 			TaskID: task.ID, Token: task.Token, Output: json.RawMessage(`{"charged":42}`),
 		})
 		if err != nil {
 			t.Fatalf("TaskComplete: %v", err)
 		}
-		want := []reprise.Event{{
-			Seq: 4, Type: reprise.EventStepCompleted, At: now, Execution: 1,
+		want := []store.Event{{
+			Seq: 4, Type: store.EventStepCompleted, At: now, Execution: 1,
 			Position: 1, Step: "charge", Attempt: 1, Output: json.RawMessage(`{"charged":42}`),
 		}}
 		if out.RunID != "run-1" || out.Owner != engine {
@@ -436,8 +435,8 @@ func testTaskComplete(t *testing.T, open Open) {
 		requireEvents(t, f.last("run-1", 1), want)
 
 		// The task is gone: a second report and a claim find nothing.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
 			return err
 		})
 		f.claimNone("charge")
@@ -448,12 +447,12 @@ func testTaskComplete(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		// A run nobody holds.
-		_, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "free", Workflow: "order", Input: json.RawMessage(`{}`)})
+		_, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{ID: "free", Workflow: "order", Input: json.RawMessage(`{}`)})
 		if err != nil {
 			t.Fatalf("RunCreate: %v", err)
 		}
 		lease := f.runClaim(engine, 1)[0]
-		f.advance(lease, reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "charge"), newStep(2, "ship")}})
+		f.advance(lease, store.RunAdvanceParams{Steps: []store.StepSpec{newStep(1, "charge"), newStep(2, "ship")}})
 		if out := f.complete(f.claimOne("charge")); out.Owner != engine {
 			t.Fatalf("Owner = %q, want %q", out.Owner, engine)
 		}
@@ -473,11 +472,11 @@ func testTaskComplete(t *testing.T, open Open) {
 		f := setup(t, open)
 
 		// A run created without an owner is advanced with its zero token.
-		lease, _, err := f.store.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "free", Workflow: "order", Input: json.RawMessage(`{}`)})
+		lease, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{ID: "free", Workflow: "order", Input: json.RawMessage(`{}`)})
 		if err != nil {
 			t.Fatalf("RunCreate: %v", err)
 		}
-		f.advance(lease, reprise.RunAdvanceParams{Steps: []reprise.StepSpec{newStep(1, "charge")}})
+		f.advance(lease, store.RunAdvanceParams{Steps: []store.StepSpec{newStep(1, "charge")}})
 		if out := f.complete(f.claimOne("charge")); out.Owner != "" || out.RunID != "free" {
 			t.Fatalf("Outcome = %+v, want run free with no owner", out)
 		}
@@ -489,8 +488,8 @@ func testTaskComplete(t *testing.T, open Open) {
 
 		f.schedule("run-1", newStep(1, "charge"))
 		task := f.claimOne("charge")
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token + 1})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token + 1})
 			return err
 		})
 		f.complete(task)
@@ -503,12 +502,12 @@ func testTaskComplete(t *testing.T, open Open) {
 		f.schedule("run-1", withTimeout(newStep(1, "charge"), 10*time.Second))
 		task := f.claimOne("charge")
 		f.clock.Advance(10 * time.Second) // now == LeaseUntil: lapsed
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
 			return err
 		})
 		// The reaper still finds it.
-		expired, err := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+		expired, err := f.store.TaskListExpired(t.Context(), &store.TaskListExpiredParams{})
 		if err != nil || len(expired) != 1 || expired[0].ID != task.ID {
 			t.Fatalf("TaskListExpired = %+v, %v; want the task", expired, err)
 		}
@@ -520,13 +519,13 @@ func testTaskComplete(t *testing.T, open Open) {
 
 		f.schedule("old", newStep(1, "charge"))
 		stale := f.claimOne("charge")
-		if _, err := f.store.RunCancel(t.Context(), &reprise.RunCancelParams{ID: "old"}); err != nil {
+		if _, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "old"}); err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
 		f.schedule("new", newStep(1, "charge"))
 		fresh := f.claimOne("charge")
-		f.requireChangedNothing("new", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: stale.ID, Token: stale.Token})
+		f.requireChangedNothing("new", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: stale.ID, Token: stale.Token})
 			return err
 		})
 		if out := f.complete(fresh); out.RunID != "new" {
@@ -536,7 +535,7 @@ func testTaskComplete(t *testing.T, open Open) {
 }
 
 func testTaskFail(t *testing.T, open Open) {
-	netErr := reprise.ErrorInfo{Type: "NetworkError", Message: "connection reset"}
+	netErr := store.ErrorInfo{Type: "NetworkError", Message: "connection reset"}
 
 	t.Run("RetryMakesTaskReadyAfterDelay", func(t *testing.T) {
 		t.Parallel()
@@ -550,8 +549,8 @@ func testTaskFail(t *testing.T, open Open) {
 		retryAt := now.Add(10 * time.Second)
 
 		out := f.retry(first, 10*time.Second)
-		want := []reprise.Event{{
-			Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+		want := []store.Event{{
+			Seq: 4, Type: store.EventAttemptFailed, At: now, Execution: 1,
 			Position: 1, Step: "charge", Attempt: 1, Error: &netErr,
 			Delay: 10 * time.Second, RetryAt: retryAt, Rule: "[retry: 3, backoff: 1s]",
 		}}
@@ -560,18 +559,18 @@ func testTaskFail(t *testing.T, open Open) {
 		}
 		requireEvents(t, out.Events, want)
 		requireEvents(t, f.last("run-1", 1), want)
-		requireWake(f, nil, reprise.Wake{Task: retryAt})
+		requireWake(f, nil, store.Wake{Task: retryAt})
 
 		// Waiting for its retry, the task has no lease for any report.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
 			return err
 		})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: first.ID, Token: first.Token, LeaseTTL: minute})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskHeartbeat(t.Context(), &store.TaskHeartbeatParams{TaskID: first.ID, Token: first.Token, LeaseTTL: minute})
 			return err
 		})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
 			p := retryParams(first, 0)
 			p.Expired = true
 			_, err := f.store.TaskFail(t.Context(), p)
@@ -590,11 +589,11 @@ func testTaskFail(t *testing.T, open Open) {
 		requireJSON(t, "Input", second.Input, s.Input)
 
 		// The first attempt's token is fenced off.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: first.ID, Token: first.Token})
 			return err
 		})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
 			_, err := f.store.TaskFail(t.Context(), retryParams(first, 0))
 			return err
 		})
@@ -610,27 +609,27 @@ func testTaskFail(t *testing.T, open Open) {
 		task := f.claimOne("charge")
 		f.clock.Advance(time.Second)
 		now := f.now()
-		out, err := f.store.TaskFail(t.Context(), &reprise.TaskFailParams{
+		out, err := f.store.TaskFail(t.Context(), &store.TaskFailParams{
 			TaskID: task.ID, Token: task.Token, Error: netErr, Rule: "[retry: 1]", Reason: "exhausted",
 		})
 		if err != nil {
 			t.Fatalf("TaskFail: %v", err)
 		}
-		want := []reprise.Event{
+		want := []store.Event{
 			{
-				Seq: 6, Type: reprise.EventAttemptFailed, At: now, Execution: 1,
+				Seq: 6, Type: store.EventAttemptFailed, At: now, Execution: 1,
 				Position: 1, Step: "charge", Attempt: 2, Error: &netErr, Rule: "[retry: 1]", Reason: "exhausted",
 			},
 			{
-				Seq: 7, Type: reprise.EventStepFailed, At: now, Execution: 1,
+				Seq: 7, Type: store.EventStepFailed, At: now, Execution: 1,
 				Position: 1, Step: "charge", Attempt: 2, Error: &netErr, Reason: "exhausted",
 			},
 		}
 		requireEvents(t, out.Events, want)
 		requireEvents(t, f.last("run-1", 2), want)
 		f.claimNone("charge")
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
 			return err
 		})
 	})
@@ -641,28 +640,28 @@ func testTaskFail(t *testing.T, open Open) {
 
 		f.schedule("run-1", newStep(1, "charge"))
 		task := f.claimOne("charge")
-		reap := &reprise.TaskFailParams{
+		reap := &store.TaskFailParams{
 			TaskID: task.ID, Token: task.Token, Expired: true, Retry: true, Delay: time.Second,
-			Error: reprise.ErrorInfo{Type: "Timeout", Message: "lease expired"}, Rule: "[retry: 3]",
+			Error: store.ErrorInfo{Type: "Timeout", Message: "lease expired"}, Rule: "[retry: 3]",
 		}
 		f.clock.Advance(minute - time.Microsecond)
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
 			_, err := f.store.TaskFail(t.Context(), reap)
 			return err
 		})
 
 		f.clock.Advance(time.Microsecond) // now == LeaseUntil: lapsed
 		// The worker's late writes are all rejected.
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskComplete(t.Context(), &reprise.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: task.ID, Token: task.Token})
 			return err
 		})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
 			_, err := f.store.TaskFail(t.Context(), retryParams(task, 0))
 			return err
 		})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
-			_, err := f.store.TaskHeartbeat(t.Context(), &reprise.TaskHeartbeatParams{TaskID: task.ID, Token: task.Token, LeaseTTL: minute})
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
+			_, err := f.store.TaskHeartbeat(t.Context(), &store.TaskHeartbeatParams{TaskID: task.ID, Token: task.Token, LeaseTTL: minute})
 			return err
 		})
 
@@ -672,11 +671,11 @@ func testTaskFail(t *testing.T, open Open) {
 			t.Fatalf("TaskFail(Expired): %v", err)
 		}
 		now := f.now()
-		requireEvents(t, out.Events, []reprise.Event{{
-			Seq: 4, Type: reprise.EventAttemptFailed, At: now, Execution: 1, Position: 1, Step: "charge",
+		requireEvents(t, out.Events, []store.Event{{
+			Seq: 4, Type: store.EventAttemptFailed, At: now, Execution: 1, Position: 1, Step: "charge",
 			Attempt: 1, Error: &reap.Error, Rule: "[retry: 3]", Delay: time.Second, RetryAt: now.Add(time.Second),
 		}})
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
 			_, err := f.store.TaskFail(t.Context(), reap)
 			return err
 		})
@@ -693,14 +692,14 @@ func testTaskFail(t *testing.T, open Open) {
 		f.schedule("run-1", withTimeout(newStep(1, "charge"), time.Second))
 		task := f.claimOne("charge")
 		f.clock.Advance(time.Second)
-		out, err := f.store.TaskFail(t.Context(), &reprise.TaskFailParams{
+		out, err := f.store.TaskFail(t.Context(), &store.TaskFailParams{
 			TaskID: task.ID, Token: task.Token, Expired: true,
-			Error: reprise.ErrorInfo{Type: "Timeout", Message: "attempt timed out"}, Reason: "exhausted",
+			Error: store.ErrorInfo{Type: "Timeout", Message: "attempt timed out"}, Reason: "exhausted",
 		})
 		if err != nil {
 			t.Fatalf("TaskFail(Expired): %v", err)
 		}
-		if len(out.Events) != 2 || out.Events[1].Type != reprise.EventStepFailed {
+		if len(out.Events) != 2 || out.Events[1].Type != store.EventStepFailed {
 			t.Fatalf("events = %s, want AttemptFailed, StepFailed", dump(out.Events))
 		}
 		f.clock.Advance(time.Hour)
@@ -713,7 +712,7 @@ func testTaskFail(t *testing.T, open Open) {
 
 		f.schedule("run-1", newStep(1, "charge"))
 		// lapse lets the lease lapse, has the reaper retry, and claims again.
-		lapse := func(task *reprise.Task) *reprise.Task {
+		lapse := func(task *store.Task) *store.Task {
 			t.Helper()
 			f.clock.Advance(minute)
 			p := retryParams(task, 0)
@@ -723,18 +722,18 @@ func testTaskFail(t *testing.T, open Open) {
 			}
 			return f.claimOne("charge")
 		}
-		lapses := func(task *reprise.Task, want int) {
+		lapses := func(task *store.Task, want int) {
 			t.Helper()
 			if task.Lapses != want {
 				t.Fatalf("claimed Lapses = %d, want %d", task.Lapses, want)
 			}
 			for _, where := range []string{"TaskGet", "TaskListExpired"} {
-				var got *reprise.Task
+				var got *store.Task
 				if where == "TaskGet" {
 					got, _ = f.store.TaskGet(t.Context(), task.ID)
 				} else {
 					f.clock.Advance(minute)
-					expired, _ := f.store.TaskListExpired(t.Context(), &reprise.TaskListExpiredParams{})
+					expired, _ := f.store.TaskListExpired(t.Context(), &store.TaskListExpiredParams{})
 					f.clock.Advance(-minute)
 					if len(expired) == 1 {
 						got = expired[0]
@@ -768,7 +767,7 @@ func testTaskFail(t *testing.T, open Open) {
 		task := f.claimOne("charge")
 		stale := *task
 		stale.Token++
-		f.requireChangedNothing("run-1", reprise.ErrLeaseLost, func() error {
+		f.requireChangedNothing("run-1", store.ErrLeaseLost, func() error {
 			_, err := f.store.TaskFail(t.Context(), retryParams(&stale, 0))
 			return err
 		})
@@ -804,7 +803,7 @@ func testTaskListExpired(t *testing.T, open Open) {
 		t.Parallel()
 		f := setup(t, open)
 
-		steps := make([]reprise.StepSpec, 102)
+		steps := make([]store.StepSpec, 102)
 		for i := range steps {
 			steps[i] = newStep(i+1, "charge")
 		}

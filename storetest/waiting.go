@@ -1,10 +1,9 @@
 package storetest
 
 import (
+	"reprise/store"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // testTaskListWaiting pins the read of the steps that wait for a worker:
@@ -20,19 +19,19 @@ func testTaskListWaiting(t *testing.T, open Open) {
 		f.clock.Advance(10 * time.Second)
 		f.schedule("run-2", newStep(1, "ship"))
 		second := f.now()
-		all := []reprise.WaitingTask{
+		all := []store.WaitingTask{
 			{RunID: "run-1", Position: 1, Step: "reserve", ReadyAt: first},
 			{RunID: "run-1", Position: 2, Step: "charge", ReadyAt: first},
 			{RunID: "run-2", Position: 1, Step: "ship", ReadyAt: second},
 		}
-		f.requireWaiting(&reprise.TaskListWaitingParams{}, all...)
-		f.requireWaiting(&reprise.TaskListWaitingParams{Limit: 2}, all[:2]...)
-		f.requireWaiting(&reprise.TaskListWaitingParams{ReadyFor: 10 * time.Second}, all[:2]...)
-		f.requireWaiting(&reprise.TaskListWaitingParams{ReadyFor: 10*time.Second + time.Microsecond})
-		f.requireWaiting(&reprise.TaskListWaitingParams{RunID: "run-2"}, all[2])
-		f.requireWaiting(&reprise.TaskListWaitingParams{RunID: "run-1", Limit: 1}, all[0])
-		f.requireWaiting(&reprise.TaskListWaitingParams{RunID: "run-2", ReadyFor: time.Second})
-		f.requireWaiting(&reprise.TaskListWaitingParams{RunID: "none"})
+		f.requireWaiting(&store.TaskListWaitingParams{}, all...)
+		f.requireWaiting(&store.TaskListWaitingParams{Limit: 2}, all[:2]...)
+		f.requireWaiting(&store.TaskListWaitingParams{ReadyFor: 10 * time.Second}, all[:2]...)
+		f.requireWaiting(&store.TaskListWaitingParams{ReadyFor: 10*time.Second + time.Microsecond})
+		f.requireWaiting(&store.TaskListWaitingParams{RunID: "run-2"}, all[2])
+		f.requireWaiting(&store.TaskListWaitingParams{RunID: "run-1", Limit: 1}, all[0])
+		f.requireWaiting(&store.TaskListWaitingParams{RunID: "run-2", ReadyFor: time.Second})
+		f.requireWaiting(&store.TaskListWaitingParams{RunID: "none"})
 	})
 
 	t.Run("HeldOrNotYetReadyIsNotWaiting", func(t *testing.T) {
@@ -42,31 +41,31 @@ func testTaskListWaiting(t *testing.T, open Open) {
 		// Leased as scheduled, claimed, a lease lapsed but not reaped, and
 		// a retry whose backoff runs: none waits for a worker.
 		lease := f.create("run-1")
-		f.advanced(lease, reprise.RunAdvanceParams{LeaseOwner: engine, LeaseTTL: minute,
-			Steps: []reprise.StepSpec{leased(newStep(1, "reserve")), newStep(2, "charge"), newStep(3, "ship")}})
-		f.advance(lease, reprise.RunAdvanceParams{Timers: []reprise.TimerSpec{{Position: 4, Delay: time.Second}}})
+		f.advanced(lease, store.RunAdvanceParams{LeaseOwner: engine, LeaseTTL: minute,
+			Steps: []store.StepSpec{leased(newStep(1, "reserve")), newStep(2, "charge"), newStep(3, "ship")}})
+		f.advance(lease, store.RunAdvanceParams{Timers: []store.TimerSpec{{Position: 4, Delay: time.Second}}})
 		f.claim(worker, "charge", 1, time.Second)
 		f.retry(f.claimOne("ship"), time.Hour)
 		f.clock.Advance(2 * time.Second)
-		f.requireWaiting(&reprise.TaskListWaitingParams{})
+		f.requireWaiting(&store.TaskListWaitingParams{})
 
 		// The retry comes due: it waits from then on.
 		f.clock.Advance(time.Hour)
 		retryAt := start.Add(time.Hour)
-		f.requireWaiting(&reprise.TaskListWaitingParams{RunID: "run-1"},
-			reprise.WaitingTask{RunID: "run-1", Position: 3, Step: "ship", ReadyAt: retryAt})
-		f.requireWaiting(&reprise.TaskListWaitingParams{ReadyFor: 2 * time.Second},
-			reprise.WaitingTask{RunID: "run-1", Position: 3, Step: "ship", ReadyAt: retryAt})
+		f.requireWaiting(&store.TaskListWaitingParams{RunID: "run-1"},
+			store.WaitingTask{RunID: "run-1", Position: 3, Step: "ship", ReadyAt: retryAt})
+		f.requireWaiting(&store.TaskListWaitingParams{ReadyFor: 2 * time.Second},
+			store.WaitingTask{RunID: "run-1", Position: 3, Step: "ship", ReadyAt: retryAt})
 
 		// A finished run's tasks are gone.
-		f.advance(lease, reprise.RunAdvanceParams{Finish: &reprise.RunFinish{Status: reprise.RunCompleted}})
-		f.requireWaiting(&reprise.TaskListWaitingParams{})
+		f.advance(lease, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCompleted}})
+		f.requireWaiting(&store.TaskListWaitingParams{})
 	})
 }
 
 // requireWaiting requires that TaskListWaiting lists want, in order; task
 // ids are checked for being set and distinct, not compared.
-func (f *fixture) requireWaiting(p *reprise.TaskListWaitingParams, want ...reprise.WaitingTask) {
+func (f *fixture) requireWaiting(p *store.TaskListWaitingParams, want ...store.WaitingTask) {
 	f.t.Helper()
 	got, err := f.store.TaskListWaiting(f.t.Context(), p)
 	if err != nil {

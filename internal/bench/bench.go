@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reprise/store"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -100,7 +101,7 @@ func RunThroughput(ctx context.Context, e *reprise.Engine, n, concurrency, fail 
 				if err == nil {
 					run, err = e.Wait(ctx, run.ID)
 				}
-				if err == nil && run.Status != reprise.RunCompleted {
+				if err == nil && run.Status != store.RunCompleted {
 					err = fmt.Errorf("run %s is %s", run.ID, run.Status)
 				}
 				if err != nil {
@@ -165,9 +166,9 @@ func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Dura
 		var retryAt time.Time
 		for _, ev := range events {
 			switch {
-			case ev.Type == reprise.EventAttemptFailed:
+			case ev.Type == store.EventAttemptFailed:
 				retryAt = ev.RetryAt
-			case ev.Type == reprise.EventAttemptStarted && ev.Attempt == 2:
+			case ev.Type == store.EventAttemptStarted && ev.Attempt == 2:
 				late = append(late, ev.At.Sub(retryAt))
 			}
 		}
@@ -215,7 +216,7 @@ func RunParked(ctx context.Context, e *reprise.Engine, n int) (Parked, error) {
 	}
 	// Parked means: every step has failed once, and no lease is held.
 	for {
-		w, err := e.Store().NextWake(ctx, &reprise.NextWakeParams{})
+		w, err := e.Store().NextWake(ctx, &store.NextWakeParams{})
 		if err != nil {
 			return Parked{}, err
 		}

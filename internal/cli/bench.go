@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reprise/store"
 	"runtime"
 	"time"
 
@@ -94,7 +95,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 
 // withEngine runs fn against a running engine on a fresh database (or db).
 func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine) error) error {
-	var st reprise.Store
+	var st store.Store
 	var err error
 	switch {
 	case db == "":
@@ -140,7 +141,7 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 // benchSchema opens a store on PostgreSQL in a schema of its own, so that
 // a benchmark pointed at a database leaves no runs in it; drop closes the
 // store and drops the schema.
-func benchSchema(ctx context.Context, dsn string) (st reprise.Store, drop func() error, err error) {
+func benchSchema(ctx context.Context, dsn string) (st store.Store, drop func() error, err error) {
 	schema := fmt.Sprintf("reprise_bench_%d_%d", os.Getpid(), time.Now().UnixNano())
 	s, err := postgres.Open(ctx, dsn, &postgres.Options{Schema: schema})
 	if err != nil {

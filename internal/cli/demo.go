@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reprise/store"
 	"time"
 
 	"reprise"
@@ -165,7 +166,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	}
 	writeTimeline(stdout, run, events)
 	fmt.Fprintf(stdout, "\nSee it again with: reprise history %s --db %s\n", run.ID, *db)
-	if run.Status != reprise.RunCompleted {
+	if run.Status != store.RunCompleted {
 		return exitFail
 	}
 	return exitOK

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
+	"reprise/store"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/httpapi"
 )
 
@@ -61,7 +61,7 @@ func TestServerKilledWithRunsInEveryState(t *testing.T) {
 			}
 			held := claim(c, "held")
 			done := claim(c, "done")
-			waitEvent(t, c, "run-flaky", reprise.EventAttemptFailed) // in its backoff
+			waitEvent(t, c, "run-flaky", store.EventAttemptFailed) // in its backoff
 			if err := c.Complete(ctx, done.ID, done.Token, json.RawMessage(`"finished"`)); err != nil {
 				t.Fatal(err)
 			}
@@ -78,7 +78,7 @@ func TestServerKilledWithRunsInEveryState(t *testing.T) {
 			}
 			for _, step := range []string{"queued", "held", "done", "flaky"} {
 				run := waitRunLong(t, c2, "run-"+step)
-				if run.Status != reprise.RunCompleted {
+				if run.Status != store.RunCompleted {
 					t.Errorf("run-%s after the restart: %+v\n%s", step, run, second.output())
 				}
 			}

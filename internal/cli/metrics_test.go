@@ -4,11 +4,10 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"reprise/store"
 	"strings"
 	"testing"
 	"time"
-
-	"reprise"
 )
 
 // TestServerMetrics: after a run, the server's /metrics holds the
@@ -22,7 +21,7 @@ func TestServerMetrics(t *testing.T) {
 	if _, _, err := c.StartRun(t.Context(), "order", input, "m1"); err != nil {
 		t.Fatal(err)
 	}
-	if r := waitRun(t, c, "m1"); r.Status != reprise.RunCompleted {
+	if r := waitRun(t, c, "m1"); r.Status != store.RunCompleted {
 		t.Fatalf("order run: %+v", r)
 	}
 	// The run's end is observed just after the store records it.

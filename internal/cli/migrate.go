@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reprise/store"
 	"strings"
 
-	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
 )
@@ -29,7 +29,7 @@ func migrateMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx := context.Background()
 	version, where, err := migrateDB(ctx, *db, *schema)
-	if errors.Is(err, reprise.ErrSchemaTooNew) {
+	if errors.Is(err, store.ErrSchemaTooNew) {
 		fmt.Fprintf(stderr, "reprise migrate: %s was migrated by a newer reprise; use that version or a newer one (%v)\n", where, err)
 		return exitFail
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reprise/store"
 	"strconv"
 	"strings"
 	"testing"
@@ -14,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "modernc.org/sqlite" // the database/sql driver, to reach behind the store
 
-	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
 )
@@ -178,7 +178,7 @@ func TestPostgresSchemaInDSN(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = st.RunCreate(t.Context(), &reprise.RunCreateParams{ID: "in-" + schema, Workflow: "wf", Input: []byte("1")})
+	_, _, err = st.RunCreate(t.Context(), &store.RunCreateParams{ID: "in-" + schema, Workflow: "wf", Input: []byte("1")})
 	st.Close()
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"reprise/store"
 	"text/tabwriter"
 	"time"
 
@@ -17,10 +18,10 @@ import (
 // runsBackend is what the run commands need, from a database (--db) or
 // from a server (--server).
 type runsBackend interface {
-	StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*reprise.Run, bool, error)
-	ListRuns(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error)
-	GetRun(ctx context.Context, id string) (*reprise.Run, error)
-	History(ctx context.Context, id string) ([]reprise.Event, error)
+	StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*store.Run, bool, error)
+	ListRuns(ctx context.Context, p *store.RunListParams) ([]*store.Run, error)
+	GetRun(ctx context.Context, id string) (*store.Run, error)
+	History(ctx context.Context, id string) ([]store.Event, error)
 	CancelRun(ctx context.Context, id, reason string) error
 	RedriveRun(ctx context.Context, id, by string) error
 	SignalRun(ctx context.Context, id, name string, payload json.RawMessage) error
@@ -29,19 +30,19 @@ type runsBackend interface {
 
 // storeBackend runs the commands on a store directly. A run it starts is
 // unowned: the next engine on that database (reprise server) executes it.
-type storeBackend struct{ s reprise.Store }
+type storeBackend struct{ s store.Store }
 
-func (b storeBackend) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*reprise.Run, bool, error) {
+func (b storeBackend) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*store.Run, bool, error) {
 	if id == "" {
 		id = reprise.NewRunID()
 	} else if err := reprise.ValidateRunID(id); err != nil {
 		return nil, false, err
 	}
-	lease, created, err := b.s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: workflow, Input: input})
+	lease, created, err := b.s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: workflow, Input: input})
 	return lease.Run, created, err
 }
 
-func (b storeBackend) ListRuns(ctx context.Context, p *reprise.RunListParams) ([]*reprise.Run, error) {
+func (b storeBackend) ListRuns(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
 	return b.s.RunList(ctx, p)
 }
 
@@ -53,38 +54,38 @@ const unclaimedAfter = 30 * time.Second
 // can tell: which steps a server registered is the server's to know.
 const whyUnclaimed = "no worker has claimed it (whether any registered the step, only --server can tell)"
 
-func (b storeBackend) GetRun(ctx context.Context, id string) (*reprise.Run, error) {
+func (b storeBackend) GetRun(ctx context.Context, id string) (*store.Run, error) {
 	run, err := b.s.RunGet(ctx, id)
 	if err != nil || run.Status.Final() {
 		return run, err
 	}
-	tasks, err := b.s.TaskListWaiting(ctx, &reprise.TaskListWaitingParams{RunID: id, ReadyFor: unclaimedAfter, Limit: 1})
+	tasks, err := b.s.TaskListWaiting(ctx, &store.TaskListWaitingParams{RunID: id, ReadyFor: unclaimedAfter, Limit: 1})
 	if err != nil {
 		return nil, err
 	}
 	if len(tasks) > 0 {
 		t := tasks[0]
-		run.Waiting = &reprise.Waiting{Step: t.Step, Position: t.Position, Since: t.ReadyAt, Why: whyUnclaimed}
+		run.Waiting = &store.Waiting{Step: t.Step, Position: t.Position, Since: t.ReadyAt, Why: whyUnclaimed}
 	}
 	return run, nil
 }
 
-func (b storeBackend) History(ctx context.Context, id string) ([]reprise.Event, error) {
-	return b.s.HistoryList(ctx, &reprise.HistoryListParams{RunID: id})
+func (b storeBackend) History(ctx context.Context, id string) ([]store.Event, error) {
+	return b.s.HistoryList(ctx, &store.HistoryListParams{RunID: id})
 }
 
 func (b storeBackend) CancelRun(ctx context.Context, id, reason string) error {
-	_, err := b.s.RunCancel(ctx, &reprise.RunCancelParams{ID: id, Reason: reason})
+	_, err := b.s.RunCancel(ctx, &store.RunCancelParams{ID: id, Reason: reason})
 	return err
 }
 
 func (b storeBackend) RedriveRun(ctx context.Context, id, by string) error {
-	_, err := b.s.RunRedrive(ctx, &reprise.RunRedriveParams{ID: id, By: by})
+	_, err := b.s.RunRedrive(ctx, &store.RunRedriveParams{ID: id, By: by})
 	return err
 }
 
 func (b storeBackend) SignalRun(ctx context.Context, id, name string, payload json.RawMessage) error {
-	_, err := b.s.SignalSend(ctx, &reprise.SignalSendParams{RunID: id, Name: name, Payload: payload})
+	_, err := b.s.SignalSend(ctx, &store.SignalSendParams{RunID: id, Name: name, Payload: payload})
 	return err
 }
 
@@ -155,12 +156,12 @@ func runsMain(args []string, stdout, stderr io.Writer) int {
 	if limit < 1 || limit > 1000 {
 		return usageErrorf(fs, stderr, "--limit %d is out of range (1 to 1000)", limit)
 	}
-	switch reprise.RunStatus(status) {
-	case "", reprise.RunPending, reprise.RunRunning, reprise.RunCompleted, reprise.RunFailed, reprise.RunCancelled:
+	switch store.RunStatus(status) {
+	case "", store.RunPending, store.RunRunning, store.RunCompleted, store.RunFailed, store.RunCancelled:
 	default:
 		return usageErrorf(fs, stderr, "--status %q is not a run status (pending, running, completed, failed, cancelled)", status)
 	}
-	runs, err := b.ListRuns(context.Background(), &reprise.RunListParams{Status: reprise.RunStatus(status), Workflow: workflow, Limit: limit})
+	runs, err := b.ListRuns(context.Background(), &store.RunListParams{Status: store.RunStatus(status), Workflow: workflow, Limit: limit})
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise runs: %v\n", err)
 		return exitFail
@@ -308,7 +309,7 @@ func redriveMain(args []string, stdout, stderr io.Writer) int {
 		by = "reprise redrive"
 	}
 	if err := b.RedriveRun(context.Background(), pos[0], by); err != nil {
-		if errors.Is(err, reprise.ErrNotRedrivable) {
+		if errors.Is(err, store.ErrNotRedrivable) {
 			fmt.Fprintf(stderr, "reprise redrive: run %q did not fail because a step failed; only such runs can be redriven\n", pos[0])
 			return exitFail
 		}
@@ -341,7 +342,7 @@ func signalMain(args []string, stdout, stderr io.Writer) int {
 }
 
 func runError(stderr io.Writer, cmd, id string, err error) int {
-	if errors.Is(err, reprise.ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		fmt.Fprintf(stderr, "reprise %s: no run %q\n", cmd, id)
 	} else {
 		fmt.Fprintf(stderr, "reprise %s: %v\n", cmd, err)

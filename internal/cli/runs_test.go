@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -38,8 +39,8 @@ func TestShowOnADatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	create := func(id string) reprise.RunLease {
-		l, _, err := s.RunCreate(ctx, &reprise.RunCreateParams{ID: id, Workflow: "order", Input: json.RawMessage(`1`),
+	create := func(id string) store.RunLease {
+		l, _, err := s.RunCreate(ctx, &store.RunCreateParams{ID: id, Workflow: "order", Input: json.RawMessage(`1`),
 			Owner: "engine-1", LeaseTTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -47,18 +48,18 @@ func TestShowOnADatabase(t *testing.T) {
 		return l
 	}
 	failed := create("failed-1")
-	runErr := &reprise.ErrorInfo{Type: "CardDeclined", Message: "card declined", Step: "charge", Position: 2,
+	runErr := &store.ErrorInfo{Type: "CardDeclined", Message: "card declined", Step: "charge", Position: 2,
 		Attempts: 3, Reason: "exhausted"}
-	if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "failed-1", Token: failed.Token,
-		Finish: &reprise.RunFinish{Status: reprise.RunFailed, Error: runErr}}); err != nil {
+	if _, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "failed-1", Token: failed.Token,
+		Finish: &store.RunFinish{Status: store.RunFailed, Error: runErr}}); err != nil {
 		t.Fatal(err)
 	}
 	waiting := create("waiting-1")
-	if _, err := s.RunAdvance(ctx, &reprise.RunAdvanceParams{RunID: "waiting-1", Token: waiting.Token,
-		Steps: []reprise.StepSpec{{Position: 1, Name: "resize", Input: json.RawMessage(`1`), IdempotencyKey: "k"}}}); err != nil {
+	if _, err := s.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "waiting-1", Token: waiting.Token,
+		Steps: []store.StepSpec{{Position: 1, Name: "resize", Input: json.RawMessage(`1`), IdempotencyKey: "k"}}}); err != nil {
 		t.Fatal(err)
 	}
-	tasks, err := s.TaskListWaiting(ctx, &reprise.TaskListWaitingParams{RunID: "waiting-1"})
+	tasks, err := s.TaskListWaiting(ctx, &store.TaskListWaitingParams{RunID: "waiting-1"})
 	if err != nil || len(tasks) != 1 {
 		t.Fatalf("waiting tasks: %v, %v", tasks, err)
 	}
@@ -81,7 +82,7 @@ func TestShowOnADatabase(t *testing.T) {
 	if !strings.Contains(out, want) {
 		t.Errorf("show of a waiting run: %q lacks %q", out, want)
 	}
-	var run reprise.Run
+	var run store.Run
 	if err := json.Unmarshal([]byte(show(t, "waiting-1", "--db", db, "--json")), &run); err != nil ||
 		run.Waiting == nil || run.Waiting.Step != "resize" {
 		t.Errorf("show --json: %+v, %v", run, err)
@@ -107,7 +108,7 @@ func TestShowOnAServer(t *testing.T) {
 	}
 	env.AdvanceUntil(func() bool {
 		events := env.History("lost-1")
-		return events[len(events)-1].Type == reprise.EventStepScheduled
+		return events[len(events)-1].Type == store.EventStepScheduled
 	})
 	env.Clock.Advance(time.Minute)
 	out := show(t, "lost-1", "--server", hs.URL)

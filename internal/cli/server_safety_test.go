@@ -15,13 +15,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"reprise/store"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/httpapi"
 )
 
@@ -396,7 +396,7 @@ func testSecrets(t *testing.T, db, password string, fail func(call func(method, 
 			t.Errorf("Authorization %q: %d, want 401", h, status)
 		}
 	}
-	if run := waitRun(t, newClientToken(t, p.url, token), "o1"); run.Status != reprise.RunCompleted {
+	if run := waitRun(t, newClientToken(t, p.url, token), "o1"); run.Status != store.RunCompleted {
 		t.Errorf("run o1: %+v", run)
 	}
 	// The run is over before the store fails under the server.
@@ -502,7 +502,7 @@ func TestServerOneProcessPerSQLiteFile(t *testing.T) {
 	<-first.done
 	second := runServer(t, "--db", db)
 	run, err := newClient(t, second.url).GetRun(t.Context(), "o1")
-	if err != nil || run.Status != reprise.RunCompleted {
+	if err != nil || run.Status != store.RunCompleted {
 		t.Errorf("run o1 after the restart: %v %+v", err, run)
 	}
 }
@@ -582,7 +582,7 @@ func TestServerLongPollOutlivesReadTimeout(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(eventsOf(events, reprise.EventStepScheduled)) > 0 {
+		if len(eventsOf(events, store.EventStepScheduled)) > 0 {
 			last = events[len(events)-1].Seq
 			break
 		}

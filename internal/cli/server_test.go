@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
@@ -53,7 +54,7 @@ func newClient(t *testing.T, url string) *httpapi.Client {
 }
 
 // waitRun waits for a run to finish through the API's long-poll.
-func waitRun(t *testing.T, c *httpapi.Client, id string) *reprise.Run {
+func waitRun(t *testing.T, c *httpapi.Client, id string) *store.Run {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -68,8 +69,8 @@ func waitRun(t *testing.T, c *httpapi.Client, id string) *reprise.Run {
 	}
 }
 
-func eventsOf(events []reprise.Event, typ reprise.EventType) []reprise.Event {
-	var out []reprise.Event
+func eventsOf(events []store.Event, typ store.EventType) []store.Event {
+	var out []store.Event
 	for _, e := range events {
 		if e.Type == typ {
 			out = append(out, e)
@@ -125,7 +126,7 @@ func TestServerHTTPSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	history := func(name string) (*reprise.Run, []reprise.Event) {
+	history := func(name string) (*store.Run, []store.Event) {
 		run := waitRun(t, c, "run-"+name)
 		events, err := c.History(ctx, run.ID)
 		if err != nil {
@@ -136,11 +137,11 @@ func TestServerHTTPSteps(t *testing.T) {
 
 	t.Run("503 twice then 200", func(t *testing.T) {
 		run, events := history("flaky")
-		if run.Status != reprise.RunCompleted || string(run.Output) != `{"charged":true}` {
+		if run.Status != store.RunCompleted || string(run.Output) != `{"charged":true}` {
 			t.Fatalf("run: %+v", run)
 		}
-		started, failed := eventsOf(events, reprise.EventAttemptStarted), eventsOf(events, reprise.EventAttemptFailed)
-		if len(started) != 3 || len(failed) != 2 || len(eventsOf(events, reprise.EventStepCompleted)) != 1 {
+		started, failed := eventsOf(events, store.EventAttemptStarted), eventsOf(events, store.EventAttemptFailed)
+		if len(started) != 3 || len(failed) != 2 || len(eventsOf(events, store.EventStepCompleted)) != 1 {
 			t.Fatalf("history: %+v", events)
 		}
 		for _, f := range failed {
@@ -156,7 +157,7 @@ func TestServerHTTPSteps(t *testing.T) {
 		if failed[1].Delay != 200*time.Millisecond {
 			t.Errorf("second delay %v, want 200ms", failed[1].Delay)
 		}
-		scheduled := eventsOf(events, reprise.EventStepScheduled)[0]
+		scheduled := eventsOf(events, store.EventStepScheduled)[0]
 		mu.Lock()
 		got := keys["/flaky"]
 		mu.Unlock()
@@ -171,16 +172,16 @@ func TestServerHTTPSteps(t *testing.T) {
 	})
 	t.Run("400 is not retried", func(t *testing.T) {
 		run, events := history("bad")
-		stepFailed := eventsOf(events, reprise.EventStepFailed)
-		if run.Status != reprise.RunFailed || len(eventsOf(events, reprise.EventAttemptStarted)) != 1 ||
+		stepFailed := eventsOf(events, store.EventStepFailed)
+		if run.Status != store.RunFailed || len(eventsOf(events, store.EventAttemptStarted)) != 1 ||
 			len(stepFailed) != 1 || stepFailed[0].Reason != "permanent" || stepFailed[0].Error.Type != "HTTP4xx" {
 			t.Errorf("run %+v, history %+v", run, events)
 		}
 	})
 	t.Run("2xx with success false", func(t *testing.T) {
 		run, events := history("declined")
-		stepFailed := eventsOf(events, reprise.EventStepFailed)
-		if run.Status != reprise.RunFailed || len(eventsOf(events, reprise.EventAttemptStarted)) != 1 ||
+		stepFailed := eventsOf(events, store.EventStepFailed)
+		if run.Status != store.RunFailed || len(eventsOf(events, store.EventAttemptStarted)) != 1 ||
 			len(stepFailed) != 1 || stepFailed[0].Reason != "permanent" || stepFailed[0].Error.Type != "CardDeclined" ||
 			!strings.Contains(stepFailed[0].Error.Message, "insufficient funds") {
 			t.Errorf("run %+v, history %+v, step error %+v", run, events, stepFailed[0].Error)
@@ -188,9 +189,9 @@ func TestServerHTTPSteps(t *testing.T) {
 	})
 	t.Run("hangs past the timeout", func(t *testing.T) {
 		run, events := history("hang")
-		failed := eventsOf(events, reprise.EventAttemptFailed)
-		stepFailed := eventsOf(events, reprise.EventStepFailed)
-		if run.Status != reprise.RunFailed || len(failed) != 2 || failed[0].Error.Type != "Timeout" ||
+		failed := eventsOf(events, store.EventAttemptFailed)
+		stepFailed := eventsOf(events, store.EventStepFailed)
+		if run.Status != store.RunFailed || len(failed) != 2 || failed[0].Error.Type != "Timeout" ||
 			failed[1].Error.Type != "Timeout" || len(stepFailed) != 1 || stepFailed[0].Reason != "exhausted" {
 			t.Errorf("run %+v, history %+v", run, events)
 		}
@@ -221,7 +222,7 @@ func TestServerPullWorkerLosesLease(t *testing.T) {
 	time.Sleep(time.Until(first.LeaseUntil) + 300*time.Millisecond) // the worker stalls past its lease
 	err := c.Complete(ctx, first.ID, first.Token, json.RawMessage(`"late"`))
 	var p *httpapi.Problem
-	if !errors.As(err, &p) || p.Status != 409 || !errors.Is(err, reprise.ErrLeaseLost) {
+	if !errors.As(err, &p) || p.Status != 409 || !errors.Is(err, store.ErrLeaseLost) {
 		t.Fatalf("late complete: %v", err)
 	}
 	second := claim()
@@ -236,9 +237,9 @@ func TestServerPullWorkerLosesLease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed := eventsOf(events, reprise.EventAttemptFailed)
-	completed := eventsOf(events, reprise.EventStepCompleted)
-	if run.Status != reprise.RunCompleted || string(run.Output) != `"done"` || len(failed) != 1 ||
+	failed := eventsOf(events, store.EventAttemptFailed)
+	completed := eventsOf(events, store.EventStepCompleted)
+	if run.Status != store.RunCompleted || string(run.Output) != `"done"` || len(failed) != 1 ||
 		failed[0].Attempt != 1 || failed[0].Error.Type != reprise.TypeWorkerLost || failed[0].RetryAt.IsZero() ||
 		len(completed) != 1 || completed[0].Attempt != 2 {
 		t.Errorf("run %+v, history %+v", run, events)
@@ -264,7 +265,7 @@ func TestServerCommands(t *testing.T) {
 		t.Errorf("run again: %q", out)
 	}
 	c := newClient(t, url)
-	if r := waitRun(t, c, "o1"); r.Status != reprise.RunCompleted {
+	if r := waitRun(t, c, "o1"); r.Status != store.RunCompleted {
 		t.Errorf("order run: %+v", r)
 	}
 	if out := run("runs"); !strings.Contains(out, "o1") || !strings.Contains(out, "completed") {

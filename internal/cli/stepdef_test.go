@@ -12,13 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"reprise/store"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/httpapi"
 	"reprise/httpstep"
 )
@@ -145,11 +145,11 @@ func (ep *stepEndpoint) runs(path string) []string {
 
 // waitEvent follows a run's history until an event of the type, and
 // returns the history after RunStarted up to it.
-func waitEvent(t *testing.T, c *httpapi.Client, id string, typ reprise.EventType) []reprise.Event {
+func waitEvent(t *testing.T, c *httpapi.Client, id string, typ store.EventType) []store.Event {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var history []reprise.Event
+	var history []store.Event
 	for {
 		after := int64(1) // RunStarted: an after answers at once what follows it
 		if len(history) > 0 {
@@ -171,7 +171,7 @@ func waitEvent(t *testing.T, c *httpapi.Client, id string, typ reprise.EventType
 // waitRunLong waits for a run to finish through the API's long-poll, for
 // longer than waitRun: a run whose engine was killed is taken over when
 // its lease lapses.
-func waitRunLong(t *testing.T, c *httpapi.Client, id string) *reprise.Run {
+func waitRunLong(t *testing.T, c *httpapi.Client, id string) *store.Run {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -230,7 +230,7 @@ func TestServerKilledDuringBackoffKeepsItsAPISteps(t *testing.T) {
 			if _, _, err := c.StartStep(ctx, "flaky", json.RawMessage(`{"amount": 42}`), "pay-1"); err != nil {
 				t.Fatal(err)
 			}
-			history := waitEvent(t, c, "pay-1", reprise.EventAttemptFailed)
+			history := waitEvent(t, c, "pay-1", store.EventAttemptFailed)
 			failed := history[len(history)-1]
 			first.kill() // in the backoff: the retry is 3 s away
 			if !failed.RetryAt.After(failed.At) || len(endpoint.runs("/flaky")) != 1 {
@@ -240,7 +240,7 @@ func TestServerKilledDuringBackoffKeepsItsAPISteps(t *testing.T) {
 			second := spawnServer(t, db)
 			c2 := newClient(t, second.url)
 			run := waitRunLong(t, c2, "pay-1")
-			if run.Status != reprise.RunCompleted || string(run.Output) != `"charged"` {
+			if run.Status != store.RunCompleted || string(run.Output) != `"charged"` {
 				t.Fatalf("run after the restart: %+v\nfirst server:\n%s\nsecond server:\n%s", run, first.output(), second.output())
 			}
 			if got := endpoint.runs("/flaky"); len(got) != 2 {
@@ -250,7 +250,7 @@ func TestServerKilledDuringBackoffKeepsItsAPISteps(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			started := eventsOf(events, reprise.EventAttemptStarted)
+			started := eventsOf(events, store.EventAttemptStarted)
 			if len(started) != 2 || started[0].Worker == started[1].Worker {
 				t.Errorf("attempts started by %v, want two by different processes", started)
 			}
@@ -324,7 +324,7 @@ func TestServersShareStepDefinitions(t *testing.T) {
 	}
 	close(release)
 	for id, cl := range map[string]*httpapi.Client{"r1": b, "r2": a} {
-		if run := waitRunLong(t, cl, id); run.Status != reprise.RunCompleted {
+		if run := waitRunLong(t, cl, id); run.Status != store.RunCompleted {
 			t.Fatalf("run %s: %+v", id, run)
 		}
 	}

@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reprise/store"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
 )
@@ -18,7 +18,7 @@ const defaultDB = "reprise.db"
 
 // openStore opens the store a --db value names: "sqlite:PATH", a bare path,
 // or a postgres:// URL.
-func openStore(ctx context.Context, db string) (reprise.Store, error) {
+func openStore(ctx context.Context, db string) (store.Store, error) {
 	return openStoreWith(ctx, db, postgres.Options{}, sqlite.Options{})
 }
 
@@ -27,12 +27,12 @@ func openStore(ctx context.Context, db string) (reprise.Store, error) {
 // locks a SQLite file against every other process that runs an engine on
 // it (sqlite.Options.Exclusive): two engines on one file are not safe.
 // Commands that only read or write runs beside a server do not lock.
-func openEngineStore(ctx context.Context, db string, pg postgres.Options) (reprise.Store, error) {
+func openEngineStore(ctx context.Context, db string, pg postgres.Options) (store.Store, error) {
 	return openStoreWith(ctx, db, pg, sqlite.Options{Exclusive: true})
 }
 
 // openStoreWith opens the store db names with the options of its driver.
-func openStoreWith(ctx context.Context, db string, pg postgres.Options, lite sqlite.Options) (reprise.Store, error) {
+func openStoreWith(ctx context.Context, db string, pg postgres.Options, lite sqlite.Options) (store.Store, error) {
 	switch {
 	case db == "":
 		return nil, fmt.Errorf("--db is empty")
@@ -57,7 +57,7 @@ func isPostgresURL(db string) bool {
 
 // openPostgres opens the PostgreSQL store at dsn with opts, in the schema
 // the DSN's search_path names (dsnSchema).
-func openPostgres(ctx context.Context, dsn string, opts postgres.Options) (reprise.Store, error) {
+func openPostgres(ctx context.Context, dsn string, opts postgres.Options) (store.Store, error) {
 	schema, err := dsnSchema(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("--db: %w", err)

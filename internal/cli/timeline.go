@@ -3,16 +3,15 @@ package cli
 import (
 	"fmt"
 	"io"
+	"reprise/store"
 	"strings"
 	"time"
-
-	"reprise"
 )
 
 // writeTimeline prints a run's history for a person: one line per event,
 // times relative to the run's start, and for each failed attempt what the
 // policy decided and why.
-func writeTimeline(w io.Writer, run *reprise.Run, events []reprise.Event) {
+func writeTimeline(w io.Writer, run *store.Run, events []store.Event) {
 	fmt.Fprintf(w, "run %s  workflow %s  %s", run.ID, run.Workflow, run.Status)
 	if run.Status.Final() {
 		fmt.Fprintf(w, " after %s", fmtDur(run.UpdatedAt.Sub(run.CreatedAt)))
@@ -28,7 +27,7 @@ func writeTimeline(w io.Writer, run *reprise.Run, events []reprise.Event) {
 	}
 	steps := map[int]string{}
 	for _, ev := range events {
-		if ev.Type == reprise.EventStepScheduled {
+		if ev.Type == store.EventStepScheduled {
 			steps[ev.Position] = ev.Step
 		}
 		rel := "+" + fmtDur(ev.At.Sub(start))
@@ -37,20 +36,20 @@ func writeTimeline(w io.Writer, run *reprise.Run, events []reprise.Event) {
 }
 
 // describe says what one event means.
-func describe(ev reprise.Event, start time.Time, steps map[int]string) string {
+func describe(ev store.Event, start time.Time, steps map[int]string) string {
 	step := fmt.Sprintf("#%d %s", ev.Position, ev.Step)
 	if ev.Step == "" {
 		step = fmt.Sprintf("#%d %s", ev.Position, steps[ev.Position])
 	}
 	at := func(t time.Time) string { return "+" + fmtDur(t.Sub(start)) }
 	switch ev.Type {
-	case reprise.EventRunStarted:
+	case store.EventRunStarted:
 		return fmt.Sprintf("run started         input %s", clip(string(ev.Input), 60))
-	case reprise.EventStepScheduled:
+	case store.EventStepScheduled:
 		return fmt.Sprintf("step %s scheduled   policy %s  key %s", step, ev.Policy, clip(ev.IdempotencyKey, 12))
-	case reprise.EventAttemptStarted:
+	case store.EventAttemptStarted:
 		return fmt.Sprintf("  %s attempt %d started  (worker %s, lease until %s)", step, ev.Attempt, ev.Worker, at(ev.LeaseUntil))
-	case reprise.EventAttemptFailed:
+	case store.EventAttemptFailed:
 		s := fmt.Sprintf("  %s attempt %d failed   %s", step, ev.Attempt, errText(ev.Error))
 		if !ev.RetryAt.IsZero() {
 			return s + fmt.Sprintf("\n%12s→ retry in %s, at %s, by rule %s", "", fmtDur(ev.Delay), at(ev.RetryAt), ev.Rule)
@@ -60,25 +59,25 @@ func describe(ev reprise.Event, start time.Time, steps map[int]string) string {
 			why += " by rule " + ev.Rule
 		}
 		return s + fmt.Sprintf("\n%12s→ stop: %s", "", why)
-	case reprise.EventStepCompleted:
+	case store.EventStepCompleted:
 		return fmt.Sprintf("step %s completed on attempt %d  result %s", step, ev.Attempt, clip(string(ev.Output), 60))
-	case reprise.EventStepFailed:
+	case store.EventStepFailed:
 		return fmt.Sprintf("step %s FAILED (%s) after %d attempt(s): %s", step, ev.Reason, ev.Attempt, errText(ev.Error))
-	case reprise.EventTimerScheduled:
+	case store.EventTimerScheduled:
 		return fmt.Sprintf("timer #%d set for %s, fires at %s", ev.Position, fmtDur(ev.Delay), at(ev.FireAt))
-	case reprise.EventTimerFired:
+	case store.EventTimerFired:
 		return fmt.Sprintf("timer #%d fired", ev.Position)
-	case reprise.EventRunCompleted:
+	case store.EventRunCompleted:
 		return fmt.Sprintf("run completed       output %s", clip(string(ev.Output), 60))
-	case reprise.EventRunFailed:
+	case store.EventRunFailed:
 		return fmt.Sprintf("run FAILED          %s", errText(ev.Error))
-	case reprise.EventRunCancelled:
+	case store.EventRunCancelled:
 		return fmt.Sprintf("run cancelled       %s", ev.Reason)
 	}
 	return string(ev.Type)
 }
 
-func errText(e *reprise.ErrorInfo) string {
+func errText(e *store.ErrorInfo) string {
 	if e == nil {
 		return ""
 	}

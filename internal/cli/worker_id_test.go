@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -62,7 +63,7 @@ func TestServerRestartedUnderItsWorkerID(t *testing.T) {
 			second := spawnServer(t, db, "--worker-id", "pod-0")
 			c2 := newClient(t, second.url)
 			run := waitRunLong(t, c2, "pay-1")
-			if run.Status != reprise.RunCompleted {
+			if run.Status != store.RunCompleted {
 				t.Fatalf("run after the restart: %+v\n%s", run, second.output())
 			}
 			if took := time.Since(restarted); took > 15*time.Second {
@@ -72,11 +73,11 @@ func TestServerRestartedUnderItsWorkerID(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			failed := eventsOf(events, reprise.EventAttemptFailed)
+			failed := eventsOf(events, store.EventAttemptFailed)
 			if len(failed) != 1 || failed[0].Error.Type != reprise.TypeWorkerLost {
 				t.Fatalf("failed attempts %+v, want one WorkerLost", failed)
 			}
-			started := eventsOf(events, reprise.EventAttemptStarted)
+			started := eventsOf(events, store.EventAttemptStarted)
 			if len(started) != 2 || started[0].Worker != "pod-0" || started[1].Worker != "pod-0" ||
 				started[0].IdempotencyKey != started[1].IdempotencyKey {
 				t.Errorf("attempts %+v, want two by pod-0 under one idempotency key", started)

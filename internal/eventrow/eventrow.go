@@ -17,16 +17,15 @@ package eventrow
 import (
 	"encoding/json"
 	"fmt"
+	"reprise/store"
 	"slices"
 	"strconv"
 	"time"
-
-	"reprise"
 )
 
 // Body returns the body of a row of e alone: its JSON without seq, at and
 // execution.
-func Body(e reprise.Event) ([]byte, error) {
+func Body(e store.Event) ([]byte, error) {
 	e.Seq, e.At, e.Execution = 0, time.Time{}, 0
 	b, err := e.AppendJSON(make([]byte, 0, 256))
 	if err != nil {
@@ -37,7 +36,7 @@ func Body(e reprise.Event) ([]byte, error) {
 
 // Join returns the body of a row of events, whose bodies (from Body) are
 // bodies, in order. The row's execution is the last event's.
-func Join(events []reprise.Event, bodies [][]byte) []byte {
+func Join(events []store.Event, bodies [][]byte) []byte {
 	if len(bodies) == 1 {
 		return bodies[0]
 	}
@@ -64,9 +63,9 @@ func Join(events []reprise.Event, bodies [][]byte) []byte {
 
 // Decode appends to dst the events of the row (seq, execution, at, body)
 // whose Seq is after afterSeq.
-func Decode(dst []reprise.Event, seq int64, execution int, at time.Time, body []byte, afterSeq int64) ([]reprise.Event, error) {
+func Decode(dst []store.Event, seq int64, execution int, at time.Time, body []byte, afterSeq int64) ([]store.Event, error) {
 	if len(body) > 0 && body[0] == '[' {
-		var events []reprise.Event
+		var events []store.Event
 		if err := json.Unmarshal(body, &events); err != nil {
 			return nil, fmt.Errorf("decode events up to %d: %w", seq, err)
 		}
@@ -85,7 +84,7 @@ func Decode(dst []reprise.Event, seq int64, execution int, at time.Time, body []
 	if seq <= afterSeq {
 		return dst, nil
 	}
-	var e reprise.Event
+	var e store.Event
 	if err := json.Unmarshal(body, &e); err != nil {
 		return nil, fmt.Errorf("decode event %d: %w", seq, err)
 	}
@@ -97,11 +96,11 @@ func Decode(dst []reprise.Event, seq int64, execution int, at time.Time, body []
 // among events, in history order, and whether there is one. A redrive reads
 // a run's rows newest first and asks each, as a row may end with other
 // events than its step's outcome.
-func LastStepEnd(events []reprise.Event, execution int) (reprise.Event, bool) {
+func LastStepEnd(events []store.Event, execution int) (store.Event, bool) {
 	for _, e := range slices.Backward(events) {
-		if e.Execution == execution && (e.Type == reprise.EventStepCompleted || e.Type == reprise.EventStepFailed) {
+		if e.Execution == execution && (e.Type == store.EventStepCompleted || e.Type == store.EventStepFailed) {
 			return e, true
 		}
 	}
-	return reprise.Event{}, false
+	return store.Event{}, false
 }

@@ -2,17 +2,17 @@ package eventrow_test
 
 import (
 	"reflect"
+	"reprise/store"
 	"testing"
 	"time"
 
-	"reprise"
 	"reprise/internal/eventrow"
 )
 
 var at = time.Date(2026, 11, 22, 8, 0, 0, 123000, time.UTC)
 
 // row encodes events as one row and returns its columns.
-func row(t *testing.T, events []reprise.Event) (seq int64, execution int, body []byte) {
+func row(t *testing.T, events []store.Event) (seq int64, execution int, body []byte) {
 	t.Helper()
 	bodies := make([][]byte, len(events))
 	for i, e := range events {
@@ -26,14 +26,14 @@ func row(t *testing.T, events []reprise.Event) (seq int64, execution int, body [
 }
 
 func TestRoundTrip(t *testing.T) {
-	events := []reprise.Event{
-		{Seq: 4, Type: reprise.EventAttemptFailed, At: at, Execution: 1, Position: 1, Step: "charge", Attempt: 1,
-			Error: &reprise.ErrorInfo{Type: "timeout", Message: "slow"}, Delay: time.Second, RetryAt: at.Add(time.Second)},
-		{Seq: 5, Type: reprise.EventAttemptStarted, At: at, Execution: 1, Position: 1, Step: "charge", Attempt: 2,
+	events := []store.Event{
+		{Seq: 4, Type: store.EventAttemptFailed, At: at, Execution: 1, Position: 1, Step: "charge", Attempt: 1,
+			Error: &store.ErrorInfo{Type: "timeout", Message: "slow"}, Delay: time.Second, RetryAt: at.Add(time.Second)},
+		{Seq: 5, Type: store.EventAttemptStarted, At: at, Execution: 1, Position: 1, Step: "charge", Attempt: 2,
 			Worker: "w", LeaseUntil: at.Add(time.Minute)},
 		// A run continued as new: the row's last event is of another execution.
-		{Seq: 6, Type: reprise.EventRunContinuedAsNew, At: at, Execution: 1},
-		{Seq: 7, Type: reprise.EventRunStarted, At: at, Execution: 2, Workflow: "wf", Input: []byte(`{"n":1}`)},
+		{Seq: 6, Type: store.EventRunContinuedAsNew, At: at, Execution: 1},
+		{Seq: 7, Type: store.EventRunStarted, At: at, Execution: 2, Workflow: "wf", Input: []byte(`{"n":1}`)},
 	}
 	for n := 1; n <= len(events); n++ {
 		seq, execution, body := row(t, events[:n])
@@ -42,7 +42,7 @@ func TestRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%d events, after %d: %v", n, after, err)
 			}
-			var want []reprise.Event
+			var want []store.Event
 			for _, e := range events[:n] {
 				if e.Seq > after {
 					want = append(want, e)
@@ -58,7 +58,7 @@ func TestRoundTrip(t *testing.T) {
 // TestBodyOmitsColumns checks that a body leaves out what the row's
 // columns hold.
 func TestBodyOmitsColumns(t *testing.T) {
-	body, err := eventrow.Body(reprise.Event{Seq: 3, Type: reprise.EventRunCompleted, At: at, Execution: 2})
+	body, err := eventrow.Body(store.Event{Seq: 3, Type: store.EventRunCompleted, At: at, Execution: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestDecodeOlderRow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []reprise.Event{{Seq: 1, Type: reprise.EventRunStarted, At: at, Execution: 1, Workflow: "wf"}}
+	want := []store.Event{{Seq: 1, Type: store.EventRunStarted, At: at, Execution: 1, Workflow: "wf"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

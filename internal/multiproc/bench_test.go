@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"reprise/store"
 	"slices"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func BenchmarkInProcess(b *testing.B) {
 	for _, db := range []string{"sqlite", "postgres"} {
 		for _, fail := range []int{0, 2} {
 			b.Run(fmt.Sprintf("db=%s/fail=%d", db, fail), func(b *testing.B) {
-				var st reprise.Store
+				var st store.Store
 				var err error
 				switch db {
 				case "sqlite":
@@ -122,7 +123,7 @@ func BenchmarkInProcess(b *testing.B) {
 				b.ReportMetric(res.StepsPerSec(), "steps/s")
 				b.ReportMetric(res.AttemptsPerSec(), "attempts/s")
 				if fail > 0 {
-					runs, err := st.RunList(ctx, &reprise.RunListParams{Limit: 500})
+					runs, err := st.RunList(ctx, &store.RunListParams{Limit: 500})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -139,7 +140,7 @@ func BenchmarkInProcess(b *testing.B) {
 
 // retryLateness returns the p-th percentile of how late retries started
 // against their retry_at, over up to 500 of the runs prefix-0...
-func retryLateness(b *testing.B, st reprise.Store, prefix string, n, p int) time.Duration {
+func retryLateness(b *testing.B, st store.Store, prefix string, n, p int) time.Duration {
 	var late []time.Duration
 	for i := 0; i < n; i += max(1, n/500) {
 		late = append(late, lateness(b, st, fmt.Sprintf("%s-%d", prefix, i))...)
@@ -149,8 +150,8 @@ func retryLateness(b *testing.B, st reprise.Store, prefix string, n, p int) time
 
 // lateness lists, for each retry of a run, how long after its retry_at its
 // attempt started.
-func lateness(b *testing.B, st reprise.Store, id string) []time.Duration {
-	events, err := st.HistoryList(context.Background(), &reprise.HistoryListParams{RunID: id})
+func lateness(b *testing.B, st store.Store, id string) []time.Duration {
+	events, err := st.HistoryList(context.Background(), &store.HistoryListParams{RunID: id})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -158,9 +159,9 @@ func lateness(b *testing.B, st reprise.Store, id string) []time.Duration {
 	retryAt := map[int]time.Time{} // by position
 	for _, ev := range events {
 		switch {
-		case ev.Type == reprise.EventAttemptFailed && !ev.RetryAt.IsZero():
+		case ev.Type == store.EventAttemptFailed && !ev.RetryAt.IsZero():
 			retryAt[ev.Position] = ev.RetryAt
-		case ev.Type == reprise.EventAttemptStarted && ev.Attempt > 1:
+		case ev.Type == store.EventAttemptStarted && ev.Attempt > 1:
 			late = append(late, ev.At.Sub(retryAt[ev.Position]))
 		}
 	}

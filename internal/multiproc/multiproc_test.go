@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reprise/store"
 	"strconv"
 	"testing"
 	"time"
@@ -112,7 +113,7 @@ func checkRuns(t *testing.T, c *cluster, prefix string, n int, mayTimeOut func(s
 		if err != nil {
 			t.Fatalf("run %s: %v", id, err)
 		}
-		events, err := c.store.HistoryList(ctx, &reprise.HistoryListParams{RunID: id})
+		events, err := c.store.HistoryList(ctx, &store.HistoryListParams{RunID: id})
 		if err != nil {
 			t.Fatalf("history of %s: %v", id, err)
 		}
@@ -122,19 +123,19 @@ func checkRuns(t *testing.T, c *cluster, prefix string, n int, mayTimeOut func(s
 			}
 		}
 		switch run.Status {
-		case reprise.RunCompleted:
+		case store.RunCompleted:
 			stats.completed++
-		case reprise.RunFailed:
+		case store.RunFailed:
 			stats.failed++
 		}
 		worker := map[int]string{} // by position
 		for _, ev := range events {
 			switch {
-			case ev.Type == reprise.EventAttemptStarted:
+			case ev.Type == store.EventAttemptStarted:
 				stats.attempts++
 				stats.byWorker[ev.Worker]++
 				worker[ev.Position] = ev.Worker
-			case ev.Type == reprise.EventAttemptFailed && ev.Error != nil &&
+			case ev.Type == store.EventAttemptFailed && ev.Error != nil &&
 				(ev.Error.Type == reprise.TypeTimeout || ev.Error.Type == reprise.TypeWorkerLost):
 				stats.lapses[worker[ev.Position]]++
 			}

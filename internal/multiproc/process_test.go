@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"reprise/store"
 	"strconv"
 	"strings"
 	"sync"
@@ -277,7 +278,7 @@ func (c *cluster) createRuns(ctx context.Context, prefix, workflow string, n int
 	for w := range 8 {
 		wg.Go(func() {
 			for i := w; i < n; i += 8 {
-				_, _, err := c.store.RunCreate(ctx, &reprise.RunCreateParams{
+				_, _, err := c.store.RunCreate(ctx, &store.RunCreateParams{
 					ID: fmt.Sprintf("%s-%d", prefix, i), Workflow: workflow, Input: []byte(input(i)),
 				})
 				if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"reprise/store"
 	"time"
 
 	"reprise"
@@ -104,7 +105,7 @@ var chaosWorkflow = reprise.NewWorkflow(chaosWorkflowName, func(ctx context.Cont
 // allows it for the attempt's worker, with the lease reaper's Timeout or
 // WorkerLost), the
 // policy's decisions follow, and the run ended as its steps say.
-func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker string) bool) error {
+func checkRun(run *store.Run, events []store.Event, mayTimeOut func(worker string) bool) error {
 	if !run.Status.Final() {
 		return fmt.Errorf("run %s is %s", run.ID, run.Status)
 	}
@@ -113,7 +114,7 @@ func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker s
 			return fmt.Errorf("event %d has seq %d", i, ev.Seq)
 		}
 	}
-	if len(events) == 0 || events[0].Type != reprise.EventRunStarted {
+	if len(events) == 0 || events[0].Type != store.EventRunStarted {
 		return fmt.Errorf("history does not start with RunStarted")
 	}
 
@@ -124,36 +125,36 @@ func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker s
 		leaseUntil time.Time // its first lease
 		open       bool      // started, no AttemptFailed or outcome yet
 		retry      bool      // the last attempt failed and is to be retried
-		outcome    reprise.EventType
+		outcome    store.EventType
 		attempts   int // recorded on the outcome
 		output     json.RawMessage
 	}
 	steps := map[int]*stepState{}
 	var order []int
-	var end *reprise.Event
+	var end *store.Event
 	for i := range events[1:] {
 		ev := &events[i+1]
 		if end != nil {
 			return fmt.Errorf("seq %d: %s after the run's end", ev.Seq, ev.Type)
 		}
 		st := steps[ev.Position]
-		if ev.Type != reprise.EventStepScheduled && ev.Position != 0 && st == nil {
+		if ev.Type != store.EventStepScheduled && ev.Position != 0 && st == nil {
 			return fmt.Errorf("seq %d: %s of position %d, which was never scheduled", ev.Seq, ev.Type, ev.Position)
 		}
 		if st != nil && st.outcome != "" {
 			return fmt.Errorf("seq %d: %s of position %d after its outcome %s", ev.Seq, ev.Type, ev.Position, st.outcome)
 		}
 		switch ev.Type {
-		case reprise.EventStepScheduled:
+		case store.EventStepScheduled:
 			if st != nil {
 				return fmt.Errorf("seq %d: position %d scheduled twice", ev.Seq, ev.Position)
 			}
-			if n := len(order); n > 0 && steps[order[n-1]].outcome != reprise.EventStepCompleted {
+			if n := len(order); n > 0 && steps[order[n-1]].outcome != store.EventStepCompleted {
 				return fmt.Errorf("seq %d: position %d scheduled before position %d completed", ev.Seq, ev.Position, order[n-1])
 			}
 			steps[ev.Position] = &stepState{key: ev.IdempotencyKey}
 			order = append(order, ev.Position)
-		case reprise.EventAttemptStarted:
+		case store.EventAttemptStarted:
 			if st.open {
 				return fmt.Errorf("seq %d: position %d attempt %d started while attempt %d is running", ev.Seq, ev.Position, ev.Attempt, st.attempt)
 			}
@@ -165,7 +166,7 @@ func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker s
 			}
 			st.attempt, st.worker, st.open, st.retry = ev.Attempt, ev.Worker, true, false
 			st.leaseUntil = ev.LeaseUntil
-		case reprise.EventAttemptFailed:
+		case store.EventAttemptFailed:
 			if !st.open || ev.Attempt != st.attempt {
 				return fmt.Errorf("seq %d: position %d attempt %d failed, but the running attempt is %d (running: %v)", ev.Seq, ev.Position, ev.Attempt, st.attempt, st.open)
 			}
@@ -193,13 +194,13 @@ func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker s
 			if st.retry != !ev.RetryAt.IsZero() {
 				return fmt.Errorf("seq %d: position %d attempt %d: retry_at %v, want a retry: %v", ev.Seq, ev.Position, ev.Attempt, ev.RetryAt, st.retry)
 			}
-		case reprise.EventStepCompleted:
+		case store.EventStepCompleted:
 			f, _ := attemptFate(st.key, st.attempt)
 			if !st.open || ev.Attempt != 0 && ev.Attempt != st.attempt || f != fateOK {
 				return fmt.Errorf("seq %d: position %d completed at attempt %d (running: %v, fate %d)", ev.Seq, ev.Position, st.attempt, st.open, f)
 			}
 			st.open, st.outcome, st.attempts, st.output = false, ev.Type, st.attempt, ev.Output
-		case reprise.EventStepFailed:
+		case store.EventStepFailed:
 			if st.open || st.retry || st.attempt == 0 {
 				return fmt.Errorf("seq %d: position %d failed for good, but attempt %d is running (%v) or to be retried (%v)", ev.Seq, ev.Position, st.attempt, st.open, st.retry)
 			}
@@ -207,7 +208,7 @@ func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker s
 				return fmt.Errorf("seq %d: position %d failed after %d attempts, history has %d", ev.Seq, ev.Position, ev.Attempt, st.attempt)
 			}
 			st.outcome, st.attempts = ev.Type, ev.Attempt
-		case reprise.EventRunCompleted, reprise.EventRunFailed:
+		case store.EventRunCompleted, store.EventRunFailed:
 			end = ev
 		default:
 			return fmt.Errorf("seq %d: unexpected %s", ev.Seq, ev.Type)
@@ -222,25 +223,25 @@ func checkRun(run *reprise.Run, events []reprise.Event, mayTimeOut func(worker s
 	for _, pos := range order {
 		st := steps[pos]
 		switch st.outcome {
-		case reprise.EventStepCompleted:
+		case store.EventStepCompleted:
 			var n int
 			if err := json.Unmarshal(st.output, &n); err != nil || n != st.attempts {
 				return fmt.Errorf("position %d: output %s, want %d", pos, st.output, st.attempts)
 			}
 			outputs = append(outputs, n)
-		case reprise.EventStepFailed:
+		case store.EventStepFailed:
 			failed = true
 		default:
 			return fmt.Errorf("position %d has no outcome", pos)
 		}
 	}
 	if failed {
-		if run.Status != reprise.RunFailed || end.Type != reprise.EventRunFailed {
+		if run.Status != store.RunFailed || end.Type != store.EventRunFailed {
 			return fmt.Errorf("a step failed, the run is %s (%s)", run.Status, end.Type)
 		}
 		return nil
 	}
-	if len(order) != chaosSteps || run.Status != reprise.RunCompleted || end.Type != reprise.EventRunCompleted {
+	if len(order) != chaosSteps || run.Status != store.RunCompleted || end.Type != store.EventRunCompleted {
 		return fmt.Errorf("%d steps completed, the run is %s (%s)", len(order), run.Status, end.Type)
 	}
 	want, _ := json.Marshal(outputs)

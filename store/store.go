@@ -1,4 +1,4 @@
-package reprise
+package store
 
 import (
 	"context"
