@@ -166,6 +166,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	}
 	writeTimeline(stdout, run, events)
 	fmt.Fprintf(stdout, "\nSee it again with: reprise history %s --db %s\n", run.ID, *db)
+	fmt.Fprintf(stdout, "Or in a browser: reprise server --db %s, then open http://127.0.0.1:7420/runs/%s\n", *db, run.ID)
 	if run.Status != store.RunCompleted {
 		return exitFail
 	}

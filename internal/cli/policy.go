@@ -174,37 +174,25 @@ func policyExplain(args []string, stdout, stderr io.Writer) int {
 }
 
 // explain lists the decisions of p when every attempt fails at once with an
-// error of the given type chain, up to limit attempts (0 for the default).
+// error of the given type chain, up to limit attempts (0 for the default):
+// retry.Policy.Explain, for a person and as JSON.
 func explain(p *retry.Policy, types []string, key string, limit int) explanation {
 	ex := explanation{Policy: p.String(), ErrorTypes: types}
-	if limit == 0 {
-		limit = 10
-		if first := p.Decide(&retry.Failure{Attempt: 1, Types: types, Key: key}); first.Rule >= 0 {
-			if n := p.Rules[first.Rule].MaxAttempts; n != retry.Unlimited {
-				limit = min(max(n, 1), 100)
-			}
-		}
-	}
-	var at time.Duration
-	for n := 1; n <= limit; n++ {
-		d := p.Decide(&retry.Failure{Attempt: n, Types: types, Key: key, Elapsed: at})
-		a := explainedAttempt{Attempt: n, Decision: "stop", Reason: string(d.Reason)}
+	decisions, more := p.Explain(retry.Failure{Attempt: 1, Types: types, Key: key}, limit)
+	for _, d := range decisions {
+		a := explainedAttempt{Attempt: d.Attempt, Decision: "stop", Reason: string(d.Reason)}
 		if d.Rule >= 0 {
 			a.Rule = &d.Rule
 		}
 		if d.Retry {
-			at += d.Delay
-			delay, atMS := d.Delay.Milliseconds(), at.Milliseconds()
-			a.Decision, a.DelayMS, a.AtMS, a.delay, a.at = "retry", &delay, &atMS, d.Delay, at
+			delay, atMS := d.Delay.Milliseconds(), d.At.Milliseconds()
+			a.Decision, a.DelayMS, a.AtMS, a.delay, a.at = "retry", &delay, &atMS, d.Delay, d.At
 		} else {
-			a.why = stopReason(p, d, types, at)
+			a.why = stopReason(p, d.Decision, types, d.At)
 		}
 		ex.Attempts = append(ex.Attempts, a)
-		if !d.Retry {
-			return ex
-		}
 	}
-	ex.More = true
+	ex.More = more
 	return ex
 }
 

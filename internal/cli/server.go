@@ -24,6 +24,7 @@ import (
 	"reprise/internal/redact"
 	"reprise/metrics"
 	"reprise/postgres"
+	"reprise/webui"
 )
 
 // longPollMax caps the wait of a long-poll (?wait=, a claim's wait): the
@@ -223,6 +224,10 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
+	ui, err := webui.New(webui.Config{Engine: e, Store: st, Tokens: c.tokens, Logger: logger})
+	if err != nil {
+		return err
+	}
 	ln, err := net.Listen("tcp", c.addr)
 	if err != nil {
 		return err
@@ -234,7 +239,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	reqCtx, stopRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRequests()
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           withWebUI(h, ui),
 		ReadHeaderTimeout: c.readHeaderTimeout,
 		ReadTimeout:       c.readTimeout,
 		WriteTimeout:      c.writeTimeout,
@@ -249,7 +254,8 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	go func() { engineDone <- e.Run(engineCtx) }()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s)\n", ln.Addr(), redact.String(c.db))
+	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s); the web page is at http://%s/\n",
+		ln.Addr(), redact.String(c.db), ln.Addr())
 
 	var engineErr error
 	engineStopped := false
@@ -278,6 +284,17 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		err = nil
 	}
 	return err
+}
+
+// withWebUI serves the web page at / and the API at its paths (/v1/,
+// /metrics, /healthz).
+func withWebUI(api, ui http.Handler) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", api)
+	mux.Handle("/metrics", api)
+	mux.Handle("/healthz", api)
+	mux.Handle("/", ui)
+	return mux
 }
 
 // A limitListener serves at most a number of connections at once: Accept
