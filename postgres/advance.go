@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"reprise/store"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -19,7 +18,7 @@ import (
 // the steps it no longer waits for, and its end or its continuation as a
 // new execution when p.Finish is set.
 func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*store.Advanced, error) {
-	if err := checkAdvance(p); err != nil {
+	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("advance run %q: %w", p.RunID, err)
 	}
 	var adv *store.Advanced
@@ -39,7 +38,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*sto
 	return adv, nil
 }
 
-// advance records an advance, checked by checkAdvance, in tx. created,
+// advance records an advance, checked by its Check, in tx. created,
 // if not nil, is the run as the transaction created it at now, without a
 // parent: it is locked already, and not read again.
 func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams, created *lockedRun, now time.Time) (*store.Advanced, error) {
@@ -73,7 +72,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams,
 	}
 
 	b := &tx.writes
-	sc := &scheduler{a: a, b: b, out: &tx.out, run: run, p: p, starts: p.Finish == nil, dropped: dropped}
+	sc := &scheduler{a: a, b: b, out: &tx.out, run: run, p: p, dropped: dropped}
 	if err := sc.schedule(); err != nil {
 		return nil, err
 	}
@@ -85,10 +84,10 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams,
 	case p.Finish == nil:
 		sc.tasks.queueWith(b, a, run.runHead, sc.children, sc.leased)
 	case p.Finish.ContinueAsNew:
-		if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
+		if err := cancelBelow(a, b, &tx.out, run, below, false); err != nil {
 			return nil, err
 		}
-		if err := continueAsNew(a, b, run, p.Finish.Input); err != nil {
+		if err := continueAsNew(a, b, run, p.Finish); err != nil {
 			return nil, err
 		}
 		a.queue(b, run.runHead)
@@ -97,7 +96,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams,
 		if err != nil {
 			return nil, err
 		}
-		if err := cancelBelow(a, b, &tx.out, run, below, "parent finished"); err != nil {
+		if err := cancelBelow(a, b, &tx.out, run, below, false); err != nil {
 			return nil, err
 		}
 		if adv.Parent, err = reportToParent(a, &tx.out, run, parent, p.Finish.Status, p.Finish.Output, p.Finish.Error); err != nil {
@@ -119,7 +118,8 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams,
 // ending its execution). Every attempt's lease must hold at now; a stale
 // one fails the advance with ErrLeaseLost before anything is written.
 func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, results []store.TaskCompleteParams, now time.Time, dropping bool) error {
-	for _, c := range results {
+	for i := range results {
+		c := &results[i]
 		var (
 			execution, position, attempt int
 			step, owner                  string
@@ -140,12 +140,9 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 		if token != c.Token || owner == "" || lease == nil || !lease.After(now) {
 			return store.ErrLeaseLost
 		}
-		attempt = max(attempt, c.Attempt) // the row's may be behind (startNext)
-		err = a.add(run.runHead, store.Event{
-			Type: store.EventStepCompleted, Execution: execution, Position: position, Step: step,
-			Attempt: attempt, Output: c.Output,
-		})
-		if err != nil {
+		t := store.Task{Execution: execution, Position: position, Step: step,
+			Attempt: max(attempt, c.Attempt)} // the row's may be behind (startNext)
+		if err := a.add(run.runHead, c.Completed(&t)); err != nil {
 			return err
 		}
 		if !dropping {
@@ -172,23 +169,6 @@ var (
 	timestamptzText = []string{"timestamptz", "text"}
 	timestamptzInt8 = []string{"timestamptz", "bigint"}
 )
-
-// checkAdvance validates p before any transaction.
-func checkAdvance(p *store.RunAdvanceParams) error {
-	var errs []error
-	if f := p.Finish; f != nil && !f.ContinueAsNew && !f.Status.Final() {
-		errs = append(errs, fmt.Errorf("finish with status %q: not an end state", f.Status))
-	}
-	if (p.LeaseOwner == "" || p.LeaseTTL <= 0) && slices.ContainsFunc(p.Steps, func(st store.StepSpec) bool { return st.Lease }) {
-		errs = append(errs, errors.New("a step to lease at once needs a lease owner and a lease TTL"))
-	}
-	for _, c := range p.Children {
-		if c.ID == "" || c.Workflow == "" {
-			errs = append(errs, fmt.Errorf("child at position %d: id and workflow are required", c.Position))
-		}
-	}
-	return errors.Join(errs...)
-}
 
 // dropCancelled deletes the run's tasks at the positions of cancels, in
 // its current execution, and returns the step names of those it found by
@@ -237,10 +217,6 @@ type scheduler struct {
 	out *outbox
 	run *lockedRun
 	p   *store.RunAdvanceParams
-	// starts is false when the execution ends in the same advance: its
-	// steps and timers are then only recorded, and its children are
-	// created cancelled.
-	starts bool
 	// dropped are the tasks the advance's cancels deleted, by position.
 	dropped map[int]string
 
@@ -249,38 +225,13 @@ type scheduler struct {
 	children bool     // child runs were created
 }
 
-// schedule appends StepScheduled (and AttemptStarted for a step leased at
-// once), TimerScheduled, VersionMarker and ChildStarted in position order,
-// queues the timers and child runs they start, and collects the tasks in
-// sc.tasks.
+// schedule appends the events of the advance's plan (Plan) in position
+// order, queues the timers and child runs it makes, and collects its
+// tasks in sc.tasks.
 func (sc *scheduler) schedule() error {
 	p := sc.p
-	type item struct {
-		pos    int
-		step   *store.StepSpec
-		timer  *store.TimerSpec
-		marker *store.MarkerSpec
-		child  *store.ChildSpec
-	}
-	items := make([]item, 0, len(p.Steps)+len(p.Timers)+len(p.Markers)+len(p.Children))
-	for i := range p.Steps {
-		items = append(items, item{pos: p.Steps[i].Position, step: &p.Steps[i]})
-	}
-	for i := range p.Timers {
-		items = append(items, item{pos: p.Timers[i].Position, timer: &p.Timers[i]})
-	}
-	for i := range p.Markers {
-		items = append(items, item{pos: p.Markers[i].Position, marker: &p.Markers[i]})
-	}
-	for i := range p.Children {
-		items = append(items, item{pos: p.Children[i].Position, child: &p.Children[i]})
-	}
-	slices.SortStableFunc(items, func(x, y item) int { return x.pos - y.pos })
-
-	cancelled := map[int]bool{}
-	for _, pos := range p.Cancels {
-		cancelled[pos] = true
-	}
+	plan := p.Plan()
+	p.Stamp(plan, sc.run.execution, store.Now{At: sc.a.now, Precision: time.Microsecond})
 	var (
 		tasks    = &sc.tasks
 		timers   timerRows
@@ -288,69 +239,32 @@ func (sc *scheduler) schedule() error {
 		notified = map[string]bool{}
 	)
 	a, h := sc.a, sc.run.runHead
-	for _, it := range items {
-		var err error
-		switch {
-		case it.step != nil:
-			st := it.step
-			err = a.add(h, store.Event{
-				Type: store.EventStepScheduled, Position: st.Position, Step: st.Name, Input: st.Input,
-				Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey, Version: st.StepVersion,
-			})
-			if err != nil || !sc.starts {
-				break
-			}
-			if !st.Lease {
-				if cancelled[st.Position] {
-					break
-				}
-				tasks.add(st, "", time.Time{})
-				if !notified[st.Name] {
-					notified[st.Name] = true
-					sc.out.add(Notice{Kind: NoticeTaskReady, Step: st.Name, At: a.now})
-				}
-				break
-			}
-			ttl := p.LeaseTTL
-			if st.Timeout > 0 && st.Timeout < ttl {
-				ttl = st.Timeout
-			}
-			until := a.now.Add(ttl).Truncate(time.Microsecond)
-			if !cancelled[st.Position] { // else its attempt is cancelled at once
-				tasks.add(st, p.LeaseOwner, until)
-				sc.leased = append(sc.leased, &store.Task{
-					RunID: h.id, Execution: h.execution, Position: st.Position, Step: st.Name, Input: st.Input,
-					IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
-					Owner: p.LeaseOwner, LeaseUntil: until, StartedAt: a.now, FirstStartedAt: a.now,
-					StepVersion: st.StepVersion,
-				})
-			}
-			err = a.add(h, store.Event{
-				Type: store.EventAttemptStarted, Position: st.Position, Step: st.Name, Attempt: 1,
-				Worker: p.LeaseOwner, LeaseUntil: until, IdempotencyKey: st.IdempotencyKey,
-			})
-		case it.timer != nil:
-			tm := it.timer
-			fire := a.now.Add(tm.Delay).Truncate(time.Microsecond)
-			err = a.add(h, store.Event{Type: store.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay, FireAt: fire})
-			if sc.starts && !cancelled[tm.Position] {
-				timers.add(tm.Position, fire)
-			}
-		case it.marker != nil:
-			m := it.marker
-			err = a.add(h, store.Event{Type: store.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version})
-		default:
-			c := it.child
-			err = a.add(h, store.Event{Type: store.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input})
-			if err == nil {
-				err = kids.add(c, a.now, !sc.starts)
-			}
-			if sc.starts {
-				sc.out.add(Notice{Kind: NoticeRunReady, RunID: c.ID, Workflow: c.Workflow})
-			}
-		}
-		if err != nil {
+	for i := range plan {
+		s := &plan[i]
+		if err := a.add(h, s.Event); err != nil {
 			return err
+		}
+		switch {
+		case s.Child != nil:
+			status, events := p.ChildRun(s.Child)
+			if err := kids.add(s.Child, status, events, a.now); err != nil {
+				return err
+			}
+			if status == store.RunPending {
+				sc.out.add(Notice{Kind: NoticeRunReady, RunID: s.Child.ID, Workflow: s.Child.Workflow})
+			}
+		case !s.Make:
+		case s.Task != nil:
+			tasks.add(s.Step, s.Task.Owner, &s.Task.LeaseUntil)
+			sc.leased = append(sc.leased, s.Task)
+		case s.Step != nil:
+			tasks.add(s.Step, "", nil)
+			if !notified[s.Step.Name] {
+				notified[s.Step.Name] = true
+				sc.out.add(Notice{Kind: NoticeTaskReady, Step: s.Step.Name, At: a.now})
+			}
+		case s.Timer != nil:
+			timers.add(s.Timer.Position, s.Event.FireAt)
 		}
 	}
 	timers.queue(sc.b, h)
@@ -358,25 +272,11 @@ func (sc *scheduler) schedule() error {
 	return nil
 }
 
-// cancel appends StepCancelRequested for each cancelled position whose
-// step had a task: one the cancels dropped, or one this same advance
-// scheduled (and did not leave unstarted because the execution ends).
+// cancel appends the advance's cancel requests (CancelRequests), for the
+// tasks its cancels dropped and the steps it scheduled.
 func (sc *scheduler) cancel() error {
-	seen := map[int]bool{}
-	for _, pos := range sc.p.Cancels {
-		if seen[pos] {
-			continue
-		}
-		seen[pos] = true
-		step, ok := sc.dropped[pos]
-		if !ok {
-			i := slices.IndexFunc(sc.p.Steps, func(st store.StepSpec) bool { return st.Position == pos })
-			if i < 0 || !sc.starts {
-				continue
-			}
-			step = sc.p.Steps[i].Name
-		}
-		if err := sc.a.add(sc.run.runHead, store.Event{Type: store.EventStepCancelRequested, Position: pos, Step: step}); err != nil {
+	for _, e := range sc.p.CancelRequests(sc.dropped) {
+		if err := sc.a.add(sc.run.runHead, e); err != nil {
 			return err
 		}
 	}
@@ -419,10 +319,10 @@ type taskRows struct {
 	args                         [16]any
 }
 
-// add adds a task for st, leased to owner until the given time when owner
-// is set. The name and key are pointed to where st has them: the statement
-// is encoded before the advance returns.
-func (r *taskRows) add(st *store.StepSpec, owner string, until time.Time) {
+// add adds a task for st, leased to owner until *until when owner is set.
+// The name, key and lease are pointed to where st and the caller have
+// them: the statement is encoded before the advance returns.
+func (r *taskRows) add(st *store.StepSpec, owner string, until *time.Time) {
 	if r.pos == nil {
 		r.pos, r.step, r.input, r.key, r.policy = r.pos0[:0], r.step0[:0], r.input0[:0], r.key0[:0], r.policy0[:0]
 		r.timeout, r.owner, r.leaseUntil, r.version = r.timeout0[:0], r.owner0[:0], r.leaseUntil0[:0], r.version0[:0]
@@ -435,11 +335,7 @@ func (r *taskRows) add(st *store.StepSpec, owner string, until time.Time) {
 	r.timeout = append(r.timeout, st.Timeout)
 	r.owner = append(r.owner, owner)
 	r.version = append(r.version, int32(st.StepVersion))
-	if owner == "" {
-		r.leaseUntil = append(r.leaseUntil, nil)
-	} else {
-		r.leaseUntil = append(r.leaseUntil, &until)
-	}
+	r.leaseUntil = append(r.leaseUntil, until)
 }
 
 // queueWith queues, with the events of a (appender.queueWith), the
@@ -544,10 +440,9 @@ type childRows struct {
 	eventData []string
 }
 
-// add adds child run c, with RunStarted; one whose parent's execution
-// ends in the same advance is created cancelled, since a child never
-// outlives its parent.
-func (r *childRows) add(c *store.ChildSpec, now time.Time, cancelled bool) error {
+// add adds child run c, of status and with its first events (ChildRun),
+// made at now.
+func (r *childRows) add(c *store.ChildSpec, status store.RunStatus, events []store.Event, now time.Time) error {
 	if r.seen[c.ID] {
 		return nil
 	}
@@ -555,16 +450,12 @@ func (r *childRows) add(c *store.ChildSpec, now time.Time, cancelled bool) error
 		r.seen = map[string]bool{}
 	}
 	r.seen[c.ID] = true
-	events := []store.Event{{Seq: 1, Type: store.EventRunStarted, At: now, Execution: 1, Workflow: c.Workflow, Input: c.Input}}
-	status := store.RunPending
-	if cancelled {
-		status = store.RunCancelled
-		events = append(events, store.Event{Seq: 2, Type: store.EventRunCancelled, At: now, Execution: 1, Reason: "parent finished"})
-	}
 	bodies := make([][]byte, len(events))
-	for i, e := range events {
+	for i := range events {
+		e := &events[i]
+		e.Seq, e.At = int64(i+1), now
 		var err error
-		if bodies[i], err = eventrow.Body(e); err != nil {
+		if bodies[i], err = eventrow.Body(*e); err != nil {
 			return fmt.Errorf("child run %q: %w", c.ID, err)
 		}
 	}

@@ -13,27 +13,20 @@ import (
 // finish appends the run's end event and returns the statement that ends
 // it, for appender.queueWith (see end).
 func finish(a *appender, run *lockedRun, f *store.RunFinish) (string, []any, error) {
-	e := store.Event{Type: store.EventRunCancelled, Error: f.Error}
-	switch f.Status {
-	case store.RunCompleted:
-		e = store.Event{Type: store.EventRunCompleted, Output: f.Output}
-	case store.RunFailed:
-		e = store.Event{Type: store.EventRunFailed, Error: f.Error}
-	}
-	if err := a.add(run.runHead, e); err != nil {
+	if err := a.add(run.runHead, f.Ended()); err != nil {
 		return "", nil, err
 	}
-	return end(run, f.Status, f.Output, f.Error)
+	return end(run, f.Status, f.Output, f.Error, f.DropsFailedSteps())
 }
 
 // end returns the statement that ends the run after its last event, as
 // the final statement of appender.queueWith, which advances the run's
 // head: it removes the run's tasks and timers, so that results of running
-// attempts are rejected. A failed run keeps its failed steps, for
-// RunRedrive. Its parameters are arrays, so that the ends of several runs
-// go as one statement (merge.go); the statement is marked mergeable by
-// the caller, once queued.
-func end(run *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo) (string, []any, error) {
+// attempts are rejected, and its failed steps with dropFailed
+// (RunFinish.DropsFailedSteps). Its parameters are arrays, so that the
+// ends of several runs go as one statement (merge.go); the statement is
+// marked mergeable by the caller, once queued.
+func end(run *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo, dropFailed bool) (string, []any, error) {
 	encErr, err := encodeError(errInfo)
 	if err != nil {
 		return "", nil, err
@@ -47,7 +40,7 @@ func end(run *lockedRun, status store.RunStatus, output json.RawMessage, errInfo
 	c := &endCols{}
 	c.id, c.dropFailed, c.status = c.id0[:], c.dropFailed0[:], c.status0[:]
 	c.output, c.err, c.lastSeq, c.updatedAt = c.output0[:], c.err0[:], c.lastSeq0[:], c.updatedAt0[:]
-	c.id[0], c.dropFailed[0], c.status[0] = run.id, status != store.RunFailed, string(status)
+	c.id[0], c.dropFailed[0], c.status[0] = run.id, dropFailed, string(status)
 	c.output[0], c.err[0], c.lastSeq[0], c.updatedAt[0] = jsonText(output), errText, run.lastSeq, run.updatedAt
 	c.args = [...]any{&c.id, &c.dropFailed, &c.status, &c.output, &c.err, &c.lastSeq, &c.updatedAt}
 	return `,
@@ -101,42 +94,41 @@ func drop(b *pgx.Batch, ids []string, failedSteps bool) {
 		ids, failedSteps)
 }
 
-// continueAsNew ends the run's execution and starts the next with input:
-// it drops the run's tasks and timers, appends RunContinuedAsNew and the
-// new execution's RunStarted. The run stays running, with its lease.
-func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, input json.RawMessage) error {
-	if err := a.add(run.runHead, store.Event{Type: store.EventRunContinuedAsNew, Input: input}); err != nil {
+// continueAsNew ends the run's execution and starts the next with f's
+// input: it drops the run's tasks and timers, appends RunContinuedAsNew
+// and the new execution's RunStarted (RunFinish.Continued). The run stays
+// running, with its lease.
+func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, f *store.RunFinish) error {
+	ended, started := f.Continued(run.workflow, run.execution)
+	if err := a.add(run.runHead, ended); err != nil {
 		return err
 	}
-	run.execution++
-	if err := a.add(run.runHead, store.Event{Type: store.EventRunStarted, Workflow: run.workflow, Input: input}); err != nil {
+	run.execution = started.Execution
+	if err := a.add(run.runHead, started); err != nil {
 		return err
 	}
-	drop(b, []string{run.id}, true)
+	drop(b, []string{run.id}, f.DropsFailedSteps())
 	b.Queue(`
 		UPDATE reprise_run SET status = 'running', execution = $2, input = $3::json, last_seq = $4, updated_at = $5
 		WHERE id = $1`,
-		run.id, run.execution, nullJSON(input), run.lastSeq, run.updatedAt)
+		run.id, run.execution, nullJSON(f.Input), run.lastSeq, run.updatedAt)
 	return nil
 }
 
 // cancelBelow cancels the active runs below run (locked by
 // lockDescendants), since a child never outlives its parent: it appends
-// RunCancelled to each, with reason for run's own children and "parent
-// cancelled" for theirs, and drops their tasks and timers. A cancelled
-// child reports to no parent: its parent is ending in the same transaction.
-func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below []*lockedRun, reason string) error {
+// RunCancelled to each (ParentEnded, of run's own children as cancelled
+// says run ended, of theirs as cancelled), and drops their tasks and
+// timers. A cancelled child reports to no parent: its parent is ending in
+// the same transaction.
+func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below []*lockedRun, cancelled bool) error {
 	if len(below) == 0 {
 		return nil
 	}
 	ids := make([]string, len(below))
 	for i, c := range below {
 		ids[i] = c.id
-		why := "parent cancelled"
-		if c.parentID == run.id {
-			why = reason
-		}
-		if err := a.add(c.runHead, store.Event{Type: store.EventRunCancelled, Reason: why}); err != nil {
+		if err := a.add(c.runHead, store.ParentEnded(cancelled || c.parentID != run.id)); err != nil {
 			return err
 		}
 		c.status = store.RunCancelled
@@ -152,20 +144,14 @@ func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below [
 	return nil
 }
 
-// reportToParent appends the end of child run run to its parent (locked by
-// lockRun): ChildCompleted with the output, or ChildFailed with the error
-// and the child's status as Reason. It does so only while the parent is
-// active and in the execution that started the child, and returns the
-// parent's Outcome then, or nil.
+// reportToParent appends the end of child run run (ChildEnded) to its
+// parent (locked by lockRun), if the parent still waits for it
+// (ParentWaits), and returns the parent's Outcome then, or nil.
 func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo) (*store.Outcome, error) {
-	if parent == nil || parent.id != run.parentID || !parent.active() || parent.execution != run.parentExecution {
+	if parent == nil || parent.id != run.parentID || !store.ParentWaits(parent.status, parent.execution, run.parentExecution) {
 		return nil, nil
 	}
-	e := store.Event{Type: store.EventChildFailed, Position: run.parentPosition, Child: run.id, Error: errInfo, Reason: string(status)}
-	if status == store.RunCompleted {
-		e = store.Event{Type: store.EventChildCompleted, Position: run.parentPosition, Child: run.id, Output: output}
-	}
-	if err := a.add(parent.runHead, e); err != nil {
+	if err := a.add(parent.runHead, store.ChildEnded(run.id, run.parentPosition, status, output, errInfo)); err != nil {
 		return nil, err
 	}
 	out.add(Notice{Kind: NoticeOutcome, RunID: parent.id, Owner: parent.owner, Seq: parent.lastSeq})
@@ -190,15 +176,15 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 			return err
 		}
 		a := newAppender(now)
-		if err := a.add(r.runHead, store.Event{Type: store.EventRunCancelled, Reason: p.Reason}); err != nil {
+		if err := a.add(r.runHead, p.Cancelled()); err != nil {
 			return err
 		}
-		final, args, err := end(r, store.RunCancelled, nil, nil)
+		final, args, err := end(r, store.RunCancelled, nil, nil, true)
 		if err != nil {
 			return err
 		}
 		b := &tx.writes
-		if err := cancelBelow(a, b, &tx.out, r, below, "parent cancelled"); err != nil {
+		if err := cancelBelow(a, b, &tx.out, r, below, true); err != nil {
 			return err
 		}
 		if _, err := reportToParent(a, &tx.out, r, parent, store.RunCancelled, nil, nil); err != nil {

@@ -2,20 +2,15 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"reprise/store"
-
-	"github.com/jackc/pgx/v5"
-
-	"reprise/internal/eventrow"
 )
 
-// RunRedrive reopens a failed run whose current execution's last step
-// outcome is a StepFailed: that step gets its task back, ready now, as it
-// was scheduled, with its attempt count and Base set to it, so that the
-// policy starts afresh. It appends RunRedriven; the run
-// is running again, without error, and unowned, for any engine to claim.
+// RunRedrive reopens a failed run as its Redrive decides: the step that
+// failed gets its task back, ready now, as it was scheduled, with its
+// attempt count and Base set to it, so that the policy starts afresh. The
+// run is running again, without error, and unowned, for any engine to
+// claim.
 func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*store.Run, error) {
 	var run *store.Run
 	err := s.tx(ctx, func(tx *txn) error {
@@ -23,32 +18,28 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 		if err != nil {
 			return err
 		}
-		if r.status != store.RunFailed {
-			return store.ErrNotRedrivable
-		}
-		last, err := lastStepEnd(ctx, tx, r.id, r.execution)
+		var last store.Event
+		redriven, err := p.Redrive(r.status, func() (store.Event, error) {
+			var err error
+			last, err = lastStepEnd(ctx, tx, r.id, r.execution)
+			return last, err
+		})
 		if err != nil {
 			return err
-		}
-		if last.Type != store.EventStepFailed {
-			return store.ErrNotRedrivable
 		}
 		// Its task must have been kept.
-		var (
-			pos  int
-			step string
-		)
+		var kept bool
 		err = tx.QueryRow(ctx, `
-			SELECT position, step FROM reprise_step_failed WHERE run_id = $1 AND execution = $2 AND seq = $3`,
-			r.id, r.execution, last.Seq).Scan(&pos, &step)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return store.ErrNotRedrivable
-		}
+			SELECT EXISTS (SELECT FROM reprise_step_failed WHERE run_id = $1 AND execution = $2 AND seq = $3)`,
+			r.id, r.execution, last.Seq).Scan(&kept)
 		if err != nil {
 			return err
 		}
+		if !kept {
+			return store.ErrNotRedrivable
+		}
 		a := newAppender(now)
-		if err := a.add(r.runHead, store.Event{Type: store.EventRunRedriven, Position: pos, Step: step, Reason: p.By}); err != nil {
+		if err := a.add(r.runHead, redriven); err != nil {
 			return err
 		}
 		b := &tx.writes
@@ -61,14 +52,14 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, $4, $4,
 				step_version
 			FROM failed`,
-			r.id, r.execution, pos, now)
+			r.id, r.execution, redriven.Position, now)
 		b.Queue(`
 			UPDATE reprise_run SET status = 'running', output = NULL, error = NULL, owner = '', lease_until = NULL
 			WHERE id = $1`,
 			r.id)
 		a.queue(b)
 		tx.out.add(Notice{Kind: NoticeRunReady, RunID: r.id, Workflow: r.workflow})
-		tx.out.add(Notice{Kind: NoticeTaskReady, Step: step, At: now})
+		tx.out.add(Notice{Kind: NoticeTaskReady, Step: redriven.Step, At: now})
 		queueRun(b, r.id, &run)
 		return nil
 	})
@@ -83,7 +74,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (last store.Event, err error) {
 	err = newestFirst(ctx, tx, runID, func(events []store.Event) bool {
 		var ok bool
-		last, ok = eventrow.LastStepEnd(events, execution)
+		last, ok = store.LastStepEnd(events, execution)
 		return ok
 	})
 	return last, err

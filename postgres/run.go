@@ -55,19 +55,13 @@ func rawJSON(b []byte) json.RawMessage {
 // leased to it. An existing id returns that run, unchanged, with
 // created=false.
 func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.RunLease, bool, error) {
-	if p.ID == "" || p.Workflow == "" {
-		return store.RunLease{}, false, errors.New("create run: id and workflow are required")
+	if err := p.Check(); err != nil {
+		return store.RunLease{}, false, fmt.Errorf("create run %q: %w", p.ID, err)
 	}
 	var first *store.RunAdvanceParams
 	if p.First != nil {
-		if p.Owner == "" {
-			return store.RunLease{}, false, fmt.Errorf("create run %q: a first advance needs an owner", p.ID)
-		}
 		fp := *p.First
 		fp.RunID = p.ID
-		if err := checkAdvance(&fp); err != nil {
-			return store.RunLease{}, false, fmt.Errorf("create run %q: first advance: %w", p.ID, err)
-		}
 		first = &fp
 	}
 	var (
@@ -115,7 +109,7 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 		created = true
 		h := &runHead{id: run.ID, execution: run.Execution, updatedAt: run.UpdatedAt}
 		a := newAppender(run.CreatedAt)
-		if err := a.add(h, store.Event{Type: store.EventRunStarted, Workflow: p.Workflow, Input: p.Input}); err != nil {
+		if err := a.add(h, p.Started()); err != nil {
 			return err
 		}
 		// The row already says last_seq 1, for RunStarted.
@@ -504,9 +498,6 @@ type lockedScan struct {
 	status string
 	dest   [14]any
 }
-
-// active reports whether the run is pending or running.
-func (r *lockedRun) active() bool { return !r.status.Final() }
 
 // lockRun locks a run's row for appending to its history and returns it
 // with the store's time; a missing run is ErrNotFound. withParent also

@@ -19,7 +19,7 @@ func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*sto
 			return store.ErrRunFinished
 		}
 		a := newAppender(now)
-		if err := a.add(r.runHead, store.Event{Type: store.EventSignalReceived, Step: p.Name, Input: p.Payload}); err != nil {
+		if err := a.add(r.runHead, p.Received()); err != nil {
 			return err
 		}
 		a.queue(&tx.writes)

@@ -65,14 +65,9 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 			limits = append(limits, int32(q.Limit))
 		}
 	}
-	if len(steps) == 0 {
+	total := p.Total()
+	if total == 0 {
 		return nil, nil
-	}
-	total := p.Limit
-	if total <= 0 {
-		for _, l := range limits {
-			total += int(l)
-		}
 	}
 	var tasks []*store.Task
 	err := s.txOwning(ctx, nil, func(tx *txn) error {
@@ -144,11 +139,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 		for i, c := range claims {
 			t := c.task
 			tasks[i] = t
-			err := a.add(heads[t.RunID], store.Event{
-				Type: store.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
-				Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
-			})
-			if err != nil {
+			if err := a.add(heads[t.RunID], t.AttemptStarted()); err != nil {
 				return err
 			}
 		}
@@ -240,36 +231,33 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p *store.TaskHeartbeatParams)
 // A leasedTask is a task locked for recording an attempt's end, with its
 // run's head.
 type leasedTask struct {
-	id        int64
-	execution int
-	position  int
-	step      string
-	attempt   int
-	token     int64
-	owner     string
-	lease     *time.Time
-	run       *runHead
-	now       time.Time
-	// next holds the rest of the task, read only to start its next attempt
-	// at once (lockTask's full).
+	// Task is the task as its row says, but Attempt: the attempt the
+	// token's holder ran. It holds all the row only when it was read to
+	// start its next attempt at once (lockTask's full).
+	store.Task
+	lease *time.Time // the row's lease_until, nil for none
+	run   *runHead
+	now   time.Time
+	// next is the task's next attempt, to start at once (full), a copy of
+	// Task until it is started.
 	next *store.Task
 }
 
 // lockTask locks a task's run and reads the task, and checks the lease:
 // token, held, and lapsed or not as expired says. Anything else is
 // ErrLeaseLost. full also reads what the next attempt's lease needs
-// (input, policy and the rest) into next. attempt is the one the token's
-// holder says it ran: a retry in place (TaskFail) leaves the row's behind
-// it.
+// (input, policy and the rest) and copies the task into next. attempt is
+// the one the token's holder says it ran: a retry in place (TaskFail)
+// leaves the row's behind it.
 //
 // The task is read without a lock, by a statement of its own after the
 // one that locks the run (a read ahead of a later text, or in turn): it
 // sees the task as the last holder of the run's lock left it, since every
-// write of a task's token, owner or lease holds its run's lock, but a
-// heartbeat's, which only puts off a lease that has not lapsed. A write
-// of the task takes the task's lock as it writes; a retry in place never
-// does, and the lock was a tuple write and a WAL record for nothing. The
-// read need not check the task's run: a task's run never changes, and
+// write of a task's token, owner, lease or lapses holds its run's lock,
+// but a heartbeat's, which only puts off a lease that has not lapsed. A
+// write of the task takes the task's lock as it writes; a retry in place
+// never does, and the lock was a tuple write and a WAL record for nothing.
+// The read need not check the task's run: a task's run never changes, and
 // task ids are never used again.
 func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt int, expired, full bool) (*leasedTask, error) {
 	reads := lockTaskReads(clock, id, full)
@@ -277,7 +265,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	// what the reads scan into: a retry makes these for every attempt.
 	sc := &taskScan{}
 	t := &sc.task
-	t.id, t.run = id, &sc.head
+	t.ID, t.run = id, &sc.head
 	err := tx.QueryRow(ctx, reads[0].sql, reads[0].args...).Scan(
 		append(sc.dest[:0], &t.run.id, &t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now)...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -292,12 +280,10 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 	if err := tx.own(t.run.id); err != nil {
 		return nil, err
 	}
-	dest := append(sc.dest[:0], &t.execution, &t.position, &t.step, &t.attempt, &t.token, &t.owner, &t.lease)
+	dest := append(sc.dest[:0], &t.Execution, &t.Position, &t.Step, &t.Attempt, &t.Token, &t.Owner, &t.lease, &t.Lapses)
 	if full {
-		t.next = &sc.next
-		t.next.ID = id
-		dest = append(dest, &sc.input, &t.next.IdempotencyKey, &sc.policy, &t.next.Timeout, &sc.firstStarted,
-			&t.next.Base, &t.next.Lapses, &t.next.StepVersion)
+		dest = append(dest, &sc.input, &t.IdempotencyKey, &sc.policy, &t.Timeout, &sc.firstStarted, &t.Base,
+			&t.StepVersion)
 	}
 	err = tx.QueryRow(ctx, reads[1].sql, reads[1].args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -307,15 +293,15 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 		return nil, err
 	}
 	t.now = t.now.UTC()
-	t.run.execution = t.execution
-	if t.token != token || t.owner == "" || t.lease == nil || t.lease.After(t.now) == expired {
+	t.RunID, t.run.execution = t.run.id, t.Execution
+	if t.Token != token || t.Owner == "" || t.lease == nil || t.lease.After(t.now) == expired {
 		return nil, store.ErrLeaseLost
 	}
-	t.attempt = max(t.attempt, attempt)
+	t.Attempt, t.LeaseUntil = max(t.Attempt, attempt), t.lease.UTC()
 	if full {
-		n := t.next
-		n.RunID, n.Execution, n.Position, n.Step = t.run.id, t.execution, t.position, t.step
-		n.Input, n.Policy, n.FirstStartedAt = rawJSON(sc.input), rawJSON(sc.policy), utc(sc.firstStarted)
+		t.Input, t.Policy, t.FirstStartedAt = rawJSON(sc.input), rawJSON(sc.policy), utc(sc.firstStarted)
+		t.next = &sc.next
+		*t.next = t.Task
 	}
 	return t, nil
 }
@@ -349,10 +335,10 @@ const (
 		WHERE id = (SELECT run_id FROM reprise_task WHERE id = $2)
 		FOR UPDATE`
 	readTaskSQL     = readTaskHead + ` FROM reprise_task WHERE id = $1`
-	readTaskFullSQL = readTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base, lapses,
+	readTaskFullSQL = readTaskHead + `, input, idempotency_key, policy, timeout, first_started_at, base,
 		step_version FROM reprise_task WHERE id = $1`
 	readTaskHead = `
-		SELECT execution, position, step, attempt, token, owner, lease_until`
+		SELECT execution, position, step, attempt, token, owner, lease_until, lapses`
 )
 
 // TaskComplete records an attempt's result: appends StepCompleted and
@@ -365,16 +351,12 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 			return err
 		}
 		a := newAppender(t.now)
-		err = a.add(t.run, store.Event{
-			Type: store.EventStepCompleted, Execution: t.execution, Position: t.position, Step: t.step,
-			Attempt: t.attempt, Output: p.Output,
-		})
-		if err != nil {
+		if err := a.add(t.run, p.Completed(&t.Task)); err != nil {
 			return err
 		}
 		markMergeable(a.queueWith(&tx.writes, []*runHead{t.run}, advanceHeads+`
 			DELETE FROM reprise_task WHERE id = ANY($10::bigint[])`,
-			append(headsArgs(t.run), []int64{t.id})...))
+			append(headsArgs(t.run), []int64{t.ID})...))
 		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
@@ -385,16 +367,17 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 	return o, nil
 }
 
-// TaskFail records a failed attempt and the policy's decision: appends
-// AttemptFailed, then makes the task ready again after p.Delay, or appends
-// StepFailed and removes it. With p.LeaseNext and a retry at once, it
-// starts the next attempt instead of making the task ready: the task stays
-// locked from the failure to the new lease, so no claim can come between.
+// TaskFail records a failed attempt and the policy's decision (Failed):
+// appends AttemptFailed, then makes the task ready again after p.Delay, or
+// appends StepFailed and removes it. With p.LeaseNext and a retry at once,
+// it starts the next attempt instead of making the task ready: the task
+// stays locked from the failure to the new lease, so no claim can come
+// between.
 func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.Outcome, error) {
-	if p.LeaseNext && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
-		return nil, fmt.Errorf("fail task %d: leasing the next attempt needs a lease owner and a lease TTL", p.TaskID)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
-	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
+	leaseNext := p.LeasesNext()
 	var o *store.Outcome
 	err := s.txOwning(ctx, lockTaskReads(s.clock(), p.TaskID, leaseNext), func(tx *txn) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, p.Expired, leaseNext)
@@ -407,61 +390,45 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 			}
 		}
 		a := newAppender(t.now)
-		errInfo := p.Error
-		failed := store.Event{
-			Type: store.EventAttemptFailed, Execution: t.execution, Position: t.position, Step: t.step,
-			Attempt: t.attempt, Error: &errInfo, Rule: p.Rule,
+		var buf [2]store.Event
+		events := p.Failed(buf[:0], &t.Task, store.Now{At: t.now, Precision: time.Microsecond})
+		for _, e := range events {
+			if err := a.add(t.run, e); err != nil {
+				return err
+			}
 		}
 		b := &tx.writes
-		if p.Retry {
-			failed.Delay = p.Delay
-			failed.RetryAt = t.now.Add(p.Delay).Truncate(time.Microsecond)
-			if err := a.add(t.run, failed); err != nil {
-				return err
-			}
-			if leaseNext {
-				next, inPlace, err := startNext(a, t, p)
-				if err != nil {
-					return err
-				}
-				o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
-				if inPlace {
-					a.queue(b)
-					return nil
-				}
-				markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
-					UPDATE reprise_task t SET attempt = n.attempt, token = n.token, owner = n.owner,
-						started_at = n.started_at, lease_until = n.lease_until, lapses = n.lapses
-					FROM unnest($10::bigint[], $11::int[], $12::bigint[], $13::text[], $14::timestamptz[],
-						$15::timestamptz[], $16::int[]) AS n(id, attempt, token, owner, started_at, lease_until, lapses)
-					WHERE t.id = n.id`,
-					append(headsArgs(t.run), []int64{t.id}, []int32{int32(next.Attempt)}, []int64{next.Token},
-						[]string{p.LeaseOwner}, []time.Time{next.StartedAt}, []time.Time{next.LeaseUntil},
-						[]int32{int32(next.Lapses)})...))
-				return nil
-			}
-			// A lease that lapsed counts towards poison; any other result
-			// ends the streak.
-			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
-				UPDATE reprise_task t SET owner = '', lease_until = NULL, ready_at = r.ready_at, attempt = r.attempt,
-					lapses = CASE WHEN r.expired THEN t.lapses + 1 ELSE 0 END
-				FROM unnest($10::bigint[], $11::timestamptz[], $12::bool[], $13::int[]) AS r(id, ready_at, expired, attempt)
-				WHERE t.id = r.id`,
-				append(headsArgs(t.run), []int64{t.id}, []time.Time{failed.RetryAt}, []bool{p.Expired},
-					[]int32{int32(t.attempt)})...))
-			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.step, At: failed.RetryAt})
-		} else {
-			failed.Reason = p.Reason
-			if err := a.add(t.run, failed); err != nil {
-				return err
-			}
-			err := a.add(t.run, store.Event{
-				Type: store.EventStepFailed, Execution: t.execution, Position: t.position, Step: t.step,
-				Attempt: t.attempt, Error: &errInfo, Reason: p.Reason,
-			})
+		switch {
+		case leaseNext:
+			next, inPlace, err := startNext(a, t, p)
 			if err != nil {
 				return err
 			}
+			o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
+			if inPlace {
+				a.queue(b)
+				return nil
+			}
+			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
+				UPDATE reprise_task t SET attempt = n.attempt, token = n.token, owner = n.owner,
+					started_at = n.started_at, lease_until = n.lease_until, lapses = n.lapses
+				FROM unnest($10::bigint[], $11::int[], $12::bigint[], $13::text[], $14::timestamptz[],
+					$15::timestamptz[], $16::int[]) AS n(id, attempt, token, owner, started_at, lease_until, lapses)
+				WHERE t.id = n.id`,
+				append(headsArgs(t.run), []int64{t.ID}, []int32{int32(next.Attempt)}, []int64{next.Token},
+					[]string{next.Owner}, []time.Time{next.StartedAt}, []time.Time{next.LeaseUntil},
+					[]int32{int32(next.Lapses)})...))
+			return nil
+		case p.Retry:
+			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
+				UPDATE reprise_task t SET owner = '', lease_until = NULL, ready_at = r.ready_at, attempt = r.attempt,
+					lapses = r.lapses
+				FROM unnest($10::bigint[], $11::timestamptz[], $12::int[], $13::int[]) AS r(id, ready_at, lapses, attempt)
+				WHERE t.id = r.id`,
+				append(headsArgs(t.run), []int64{t.ID}, []time.Time{events[0].RetryAt},
+					[]int32{int32(p.Lapses(t.Lapses))}, []int32{int32(t.Attempt)})...))
+			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.Step, At: events[0].RetryAt})
+		default:
 			// The task moves aside, as it was scheduled, for RunRedrive.
 			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`,
 				failed AS (
@@ -477,7 +444,7 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
 					attempt = excluded.attempt, seq = excluded.seq, step_version = excluded.step_version`,
-				append(headsArgs(t.run), []int64{t.id}, []int64{t.run.lastSeq}, []int32{int32(t.attempt)})...))
+				append(headsArgs(t.run), []int64{t.ID}, []int64{t.run.lastSeq}, []int32{int32(t.Attempt)})...))
 			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		}
 		o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
@@ -498,8 +465,8 @@ func laterAttempt(ctx context.Context, tx *txn, t *leasedTask) (bool, error) {
 	later := false
 	err := newestFirst(ctx, tx, t.run.id, func(events []store.Event) bool {
 		for _, e := range slices.Backward(events) {
-			if e.Type == store.EventAttemptStarted && e.Execution == t.execution && e.Position == t.position {
-				later = e.Attempt > t.attempt
+			if e.Type == store.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
+				later = e.Attempt > t.Attempt
 				return true
 			}
 		}
@@ -508,9 +475,9 @@ func laterAttempt(ctx context.Context, tx *txn, t *leasedTask) (bool, error) {
 	return later, err
 }
 
-// startNext fills in t.next as TaskClaim would lease it to p.LeaseOwner
-// (attempt and token bumped, lease_until = now + min(LeaseTTL, Timeout)),
-// counts lapses as the retry would, and appends its AttemptStarted.
+// startNext starts t's next attempt, t.next, as TaskClaim would lease it
+// to p.LeaseOwner (Task.Start), counts its lapses as the retry would
+// (Lapses), and appends its AttemptStarted.
 //
 // An attempt without a timeout keeps the lease of the one before when
 // that is the same owner's with half its LeaseTTL or more to run, as a
@@ -521,33 +488,18 @@ func laterAttempt(ctx context.Context, tx *txn, t *leasedTask) (bool, error) {
 // writes its events and its run's head, and not the task.
 func startNext(a *appender, t *leasedTask, p *store.TaskFailParams) (n *store.Task, inPlace bool, err error) {
 	n = t.next
-	ttl := p.LeaseTTL
-	if n.Timeout > 0 && n.Timeout < ttl {
-		ttl = n.Timeout
-	}
-	kept := n.Timeout == 0 && t.owner == p.LeaseOwner && t.lease.Sub(a.now) >= ttl/2
+	ttl := store.AttemptLease(p.LeaseTTL, n.Timeout)
+	kept := n.Timeout == 0 && t.Owner == p.LeaseOwner && t.lease.Sub(a.now) >= ttl/2
 	inPlace = kept && !p.Expired && n.Lapses == 0
-	n.Attempt, n.Token, n.Owner = t.attempt+1, t.token+1, p.LeaseOwner
+	n.Start(p.LeaseOwner, p.LeaseTTL, store.Now{At: a.now, Precision: time.Microsecond})
 	if inPlace {
-		n.Token = t.token
+		n.Token = t.Token
 	}
-	n.StartedAt = a.now
-	n.LeaseUntil = a.now.Add(ttl).Truncate(time.Microsecond)
 	if kept {
-		n.LeaseUntil = t.lease.UTC()
+		n.LeaseUntil = t.LeaseUntil
 	}
-	if n.FirstStartedAt.IsZero() {
-		n.FirstStartedAt = a.now
-	}
-	if p.Expired {
-		n.Lapses++
-	} else {
-		n.Lapses = 0
-	}
-	err = a.add(t.run, store.Event{
-		Type: store.EventAttemptStarted, Execution: n.Execution, Position: n.Position, Step: n.Step,
-		Attempt: n.Attempt, Worker: p.LeaseOwner, LeaseUntil: n.LeaseUntil, IdempotencyKey: n.IdempotencyKey,
-	})
+	n.Lapses = p.Lapses(n.Lapses)
+	err = a.add(t.run, n.AttemptStarted())
 	return n, inPlace, err
 }
 

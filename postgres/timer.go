@@ -55,14 +55,16 @@ func (s *Store) TimerFire(ctx context.Context, p *store.TimerFireParams) ([]*sto
 		)
 		for rows.Next() {
 			var (
-				d = due{event: store.Event{Type: store.EventTimerFired}}
-				h runHead
+				d                   due
+				h                   runHead
+				execution, position int
 			)
-			err := rows.Scan(&d.id, &d.event.Execution, &d.event.Position,
+			err := rows.Scan(&d.id, &execution, &position,
 				&h.id, &h.execution, &h.lastSeq, &h.updatedAt, &h.owner, &now)
 			if err != nil {
 				return err
 			}
+			d.event = store.TimerFired(execution, position)
 			if heads[h.id] == nil {
 				heads[h.id] = &h
 				order = append(order, &h)

@@ -1,13 +1,11 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"reprise/store"
-	"slices"
 
 	"reprise/internal/eventrow"
 )
@@ -16,6 +14,9 @@ import (
 // scheduled (steps, timers, markers, children) in position order, then
 // the positions it cancelled, then its end.
 func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*store.Advanced, error) {
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
+	}
 	pa, err := prepareAdvance(p)
 	if err != nil {
 		return nil, fmt.Errorf("advance run %s: %w", p.RunID, err)
@@ -52,19 +53,20 @@ func (tx *txn) completeAll(runID string, results []store.TaskCompleteParams, run
 		return nil, nil
 	}
 	events := make([]store.Event, len(results))
-	for i, c := range results {
-		e := store.Event{Type: store.EventStepCompleted, Output: c.Output}
+	for i := range results {
+		c := &results[i]
+		var t store.Task
 		err := tx.queryRow(`
 			SELECT execution, position, step, attempt FROM tasks
 			WHERE id = ? AND token = ? AND lease_until > ? AND run_id = ?`,
-			c.TaskID, c.Token, tx.nanos, runID).Scan(&e.Execution, &e.Position, &e.Step, &e.Attempt)
+			c.TaskID, c.Token, tx.nanos, runID).Scan(&t.Execution, &t.Position, &t.Step, &t.Attempt)
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, store.ErrLeaseLost
 		}
 		if err != nil {
 			return nil, err
 		}
-		events[i] = e
+		events[i] = c.Completed(&t)
 	}
 	// Only now, every lease checked, the writes: a stale one changes
 	// nothing. (DELETE ... RETURNING, one statement, costs more than two.)
@@ -77,28 +79,39 @@ func (tx *txn) completeAll(runID string, results []store.TaskCompleteParams, run
 	return events, nil
 }
 
-// A preparedAdvance is an advance checked, and its events encoded where
-// they can be, ahead of the write.
+// A preparedAdvance is an advance checked and planned, and its events
+// encoded where they can be, ahead of the write.
 type preparedAdvance struct {
 	p       *store.RunAdvanceParams
-	plan    []planned
-	errBlob any // the run's error, for an advance that fails it
+	plan    []store.Scheduled
+	bodies  [][]byte // of plan's events, nil for those Stamp sets
+	errBlob any      // the run's error, for an advance that fails it
+
+	bodies0 [2][]byte // room for the usual plan, a step leased or not
 }
 
+// prepareAdvance prepares an advance checked by its Check.
 func prepareAdvance(p *store.RunAdvanceParams) (*preparedAdvance, error) {
-	pa := &preparedAdvance{p: p}
+	pa := &preparedAdvance{p: p, plan: p.Plan()}
 	if f := p.Finish; f != nil && !f.ContinueAsNew {
-		if !f.Status.Final() {
-			return nil, fmt.Errorf("finish with status %q", f.Status)
-		}
 		var err error
 		if pa.errBlob, err = errorBlob(f.Error); err != nil {
 			return nil, err
 		}
 	}
-	var err error
-	if pa.plan, err = planAdvance(p); err != nil {
-		return nil, err
+	pa.bodies = pa.bodies0[:0]
+	if len(pa.plan) > len(pa.bodies0) {
+		pa.bodies = make([][]byte, 0, len(pa.plan))
+	}
+	pa.bodies = pa.bodies[:len(pa.plan)]
+	for i := range pa.plan {
+		if pa.plan[i].Timed() {
+			continue
+		}
+		var err error
+		if pa.bodies[i], err = eventrow.Body(pa.plan[i].Event); err != nil {
+			return nil, err
+		}
 	}
 	return pa, nil
 }
@@ -108,9 +121,6 @@ func prepareAdvance(p *store.RunAdvanceParams) (*preparedAdvance, error) {
 // come first: they go in the same insert as the advance's own.
 func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, preBodies [][]byte) (*store.Advanced, error) {
 	p, f, plan := pa.p, pa.p.Finish, pa.plan
-	// What this advance adds, its end cleans up too.
-	run.timers = run.timers || len(p.Timers) > 0
-	run.children = run.children || len(p.Children) > 0
 	a := &store.Advanced{Events: make([]store.Event, 0, len(pre)+len(plan)+1)}
 	a.Events = append(a.Events, pre...)
 	bodies := make([][]byte, len(pre), len(pre)+len(plan)+1)
@@ -123,49 +133,55 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 		bodies = append(bodies, body)
 	}
 
-	// What the workflow scheduled, in position order. Steps of an
-	// advance that finishes the run get no task: Finish would drop it.
-	for _, pl := range plan {
-		e := pl.event
+	// What the workflow scheduled, in position order.
+	p.Stamp(plan, run.execution, store.Now{At: tx.now})
+	for i := range plan {
+		s := &plan[i]
 		switch {
-		case pl.step != nil && f == nil:
-			task, err := tx.scheduleStep(p, pl.step, run.execution)
-			if err != nil {
+		case s.Child != nil:
+			if err := tx.createChild(p, run.execution, s.Child); err != nil {
 				return nil, err
 			}
-			add(e, pl.body)
-			if task != nil {
-				a.Tasks = append(a.Tasks, task)
-				add(store.Event{
-					Type: store.EventAttemptStarted, Position: task.Position, Step: task.Step, Attempt: 1,
-					Worker: p.LeaseOwner, LeaseUntil: task.LeaseUntil, IdempotencyKey: task.IdempotencyKey,
-				}, nil)
+		case !s.Make:
+		case s.Task != nil:
+			if err := tx.insertLeased(s.Task); err != nil {
+				return nil, err
 			}
-			continue
-		case pl.timer != nil:
-			e.FireAt = tx.now.Add(pl.timer.Delay)
+			a.Tasks = append(a.Tasks, s.Task)
+		case s.Step != nil:
+			st := s.Step
+			_, err := tx.exec(`
+				INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout,
+					ready_at, step_version)
+				VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+				p.RunID, run.execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
+				int64(st.Timeout), tx.nanos, st.StepVersion)
+			if err != nil {
+				return nil, fmt.Errorf("schedule step %d: %w", st.Position, err)
+			}
+		case s.Timer != nil:
 			_, err := tx.exec(`INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, ?, ?, ?)`,
-				p.RunID, run.execution, pl.timer.Position, tx.nanos+int64(pl.timer.Delay))
+				p.RunID, run.execution, s.Timer.Position, s.Event.FireAt.UnixNano())
 			if err != nil {
-				return nil, fmt.Errorf("schedule timer %d: %w", pl.timer.Position, err)
-			}
-		case pl.child != nil:
-			if err := tx.createChild(p.RunID, run.execution, pl.child); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("schedule timer %d: %w", s.Timer.Position, err)
 			}
 		}
-		add(e, pl.body)
+		add(s.Event, pa.bodies[i])
 	}
 
-	// The positions the workflow no longer waits for.
+	// The positions the workflow no longer waits for: their tasks and
+	// timers, if they had any, are dropped.
+	var dropped map[int]string
 	for _, pos := range p.Cancels {
 		var step string
 		err := tx.queryRow(`DELETE FROM tasks WHERE run_id = ? AND execution = ? AND position = ? RETURNING step`,
 			p.RunID, run.execution, pos).Scan(&step)
 		switch {
 		case err == nil:
-			add(store.Event{Type: store.EventStepCancelRequested, Position: pos, Step: step}, nil)
-			a.Tasks = slices.DeleteFunc(a.Tasks, func(t *store.Task) bool { return t.Position == pos })
+			if dropped == nil {
+				dropped = map[int]string{}
+			}
+			dropped[pos] = step
 		case !errors.Is(err, sql.ErrNoRows):
 			return nil, fmt.Errorf("cancel position %d: %w", pos, err)
 		}
@@ -174,14 +190,17 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 			return nil, fmt.Errorf("cancel position %d: %w", pos, err)
 		}
 	}
+	for _, e := range p.CancelRequests(dropped) {
+		add(e, nil)
+	}
 
 	var parent store.Event // what the run's end tells its parent
 	switch {
 	case f != nil && f.ContinueAsNew:
-		if err := tx.dropWork(p.RunID, run.work(true)); err != nil {
+		if err := tx.dropWork(p.RunID, run.work(f.DropsFailedSteps())); err != nil {
 			return nil, err
 		}
-		if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
+		if err := tx.endChildren(run, p.RunID); err != nil {
 			return nil, err
 		}
 		_, err := tx.exec(`UPDATE runs SET status = 'running', execution = execution + 1, input = ? WHERE id = ?`,
@@ -189,10 +208,9 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 		if err != nil {
 			return nil, err
 		}
-		add(store.Event{Type: store.EventRunContinuedAsNew, Input: f.Input}, nil)
-		add(store.Event{
-			Type: store.EventRunStarted, Execution: run.execution + 1, Workflow: run.workflow, Input: f.Input,
-		}, nil)
+		ended, started := f.Continued(run.workflow, run.execution)
+		add(ended, nil)
+		add(started, nil)
 	case f != nil:
 		_, err := tx.exec(`
 			UPDATE runs SET status = ?, output = ?, error = ?, owner = '', lease_until = 0
@@ -200,25 +218,14 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 		if err != nil {
 			return nil, err
 		}
-		if err := tx.dropWork(p.RunID, run.work(f.Status != store.RunFailed)); err != nil {
+		if err := tx.dropWork(p.RunID, run.work(f.DropsFailedSteps())); err != nil {
 			return nil, err
 		}
-		if err := tx.endChildren(run, p.RunID, reasonParentFinished); err != nil {
+		if err := tx.endChildren(run, p.RunID); err != nil {
 			return nil, err
 		}
-		end := store.Event{}
-		switch f.Status {
-		case store.RunCompleted:
-			end.Type, end.Output = store.EventRunCompleted, f.Output
-			parent = store.Event{Type: store.EventChildCompleted, Output: f.Output}
-		case store.RunFailed:
-			end.Type, end.Error = store.EventRunFailed, f.Error
-			parent = store.Event{Type: store.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
-		case store.RunCancelled:
-			end.Type, end.Error = store.EventRunCancelled, f.Error
-			parent = store.Event{Type: store.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
-		}
-		add(end, nil)
+		add(f.Ended(), nil)
+		parent = store.ChildEnded(p.RunID, run.parentPosition, f.Status, f.Output, f.Error)
 	case run.status == store.RunPending:
 		if _, err := tx.exec(`UPDATE runs SET status = 'running' WHERE id = ?`, p.RunID); err != nil {
 			return nil, err
@@ -229,108 +236,28 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 	}
 	if parent.Type != "" && run.parentID != "" {
 		var err error
-		if a.Parent, err = tx.tellParent(run, p.RunID, parent); err != nil {
+		if a.Parent, err = tx.tellParent(run, parent); err != nil {
 			return nil, err
 		}
 	}
 	return a, nil
 }
 
-// A planned event is one an advance appends for something the workflow
-// scheduled, with what it schedules.
-type planned struct {
-	event store.Event
-	body  []byte // encoded ahead, off the write path; nil for timers
-	step  *store.StepSpec
-	timer *store.TimerSpec
-	child *store.ChildSpec
-}
-
-// planAdvance returns the events of what an advance schedules, in position
-// order, encoded ahead where they depend on nothing the write learns.
-func planAdvance(p *store.RunAdvanceParams) ([]planned, error) {
-	plan := make([]planned, 0, len(p.Steps)+len(p.Timers)+len(p.Markers)+len(p.Children))
-	for i := range p.Steps {
-		st := &p.Steps[i]
-		if st.Lease && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
-			return nil, fmt.Errorf("step %d is to be leased: want LeaseOwner and LeaseTTL", st.Position)
-		}
-		plan = append(plan, planned{step: st, event: store.Event{
-			Type: store.EventStepScheduled, Position: st.Position, Step: st.Name,
-			Input: st.Input, Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey, Version: st.StepVersion,
-		}})
-	}
-	for i := range p.Timers {
-		tm := &p.Timers[i]
-		plan = append(plan, planned{timer: tm, event: store.Event{
-			Type: store.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay,
-		}})
-	}
-	for _, m := range p.Markers {
-		plan = append(plan, planned{event: store.Event{
-			Type: store.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version,
-		}})
-	}
-	for i := range p.Children {
-		c := &p.Children[i]
-		plan = append(plan, planned{child: c, event: store.Event{
-			Type: store.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input,
-		}})
-	}
-	// Stable: tasks get their ids in position order, so that claims of
-	// tasks ready at the same time follow the workflow's order.
-	if len(plan) > 1 { // the usual one needs no sort, which copies the large elements
-		slices.SortStableFunc(plan, func(a, b planned) int { return cmp.Compare(a.event.Position, b.event.Position) })
-	}
-	for i := range plan {
-		if plan[i].timer != nil {
-			continue
-		}
-		var err error
-		if plan[i].body, err = eventrow.Body(plan[i].event); err != nil {
-			return nil, err
-		}
-	}
-	return plan, nil
-}
-
-// scheduleStep makes a step a ready task, or, marked Lease, a task leased
-// to p.LeaseOwner with its first attempt started, as a claim would. It
-// returns the leased task, nil for a ready one.
-func (tx *txn) scheduleStep(p *store.RunAdvanceParams, st *store.StepSpec, execution int) (*store.Task, error) {
-	if !st.Lease {
-		_, err := tx.exec(`
-			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at,
-				step_version)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
-			int64(st.Timeout), tx.nanos, st.StepVersion)
-		if err != nil {
-			return nil, fmt.Errorf("schedule step %d: %w", st.Position, err)
-		}
-		return nil, nil
-	}
-	lease := p.LeaseTTL
-	if st.Timeout > 0 && st.Timeout < lease {
-		lease = st.Timeout
-	}
-	t := &store.Task{
-		RunID: p.RunID, Execution: execution, Position: st.Position, Step: st.Name, Input: st.Input,
-		IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, Attempt: 1, Token: 1,
-		Owner: p.LeaseOwner, LeaseUntil: tx.now.Add(lease), StartedAt: tx.now, FirstStartedAt: tx.now,
-		StepVersion: st.StepVersion,
-	}
+// insertLeased inserts a task leased as it is scheduled (Stamp), and sets
+// its id.
+func (tx *txn) insertLeased(t *store.Task) error {
 	var err error
 	t.ID, err = tx.insert(`
 		INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout, ready_at,
 			attempt, token, owner, started_at, first_started_at, lease_until, step_version)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 1, 1, ?, ?, ?, ?, ?)`,
-		p.RunID, execution, st.Position, st.Name, blob(st.Input), st.IdempotencyKey, blob(st.Policy),
-		int64(st.Timeout), tx.nanos, p.LeaseOwner, tx.nanos, tx.nanos, t.LeaseUntil.UnixNano(), st.StepVersion)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		t.RunID, t.Execution, t.Position, t.Step, blob(t.Input), t.IdempotencyKey, blob(t.Policy),
+		int64(t.Timeout), t.StartedAt.UnixNano(), t.Attempt, t.Token, t.Owner, t.StartedAt.UnixNano(),
+		t.FirstStartedAt.UnixNano(), t.LeaseUntil.UnixNano(), t.StepVersion)
 	if err != nil {
-		return nil, fmt.Errorf("schedule step %d: %w", st.Position, err)
+		return fmt.Errorf("schedule step %d: %w", t.Position, err)
 	}
-	return t, nil
+	return nil
 }
 
 // A runState is what a write reads of an active run: its state, lease,

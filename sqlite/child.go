@@ -8,46 +8,41 @@ import (
 	"reprise/store"
 )
 
-// The reasons in RunCancelled of a child whose parent ended.
-const (
-	reasonParentFinished  = "parent finished"
-	reasonParentCancelled = "parent cancelled"
-)
-
-// createChild creates a child run of the parent's execution, unowned and
-// pending, with RunStarted in its own history. A run with the id that
-// exists already is left as it is.
-func (tx *txn) createChild(parentID string, execution int, c *store.ChildSpec) error {
+// createChild creates a child run of the advance p in the parent's
+// execution, unowned, as the advance's ChildRun says, with its first
+// events in its own history. A run with the id that exists already is left
+// as it is.
+func (tx *txn) createChild(p *store.RunAdvanceParams, execution int, c *store.ChildSpec) error {
+	status, events := p.ChildRun(c)
 	n, err := tx.exec(`
 		INSERT INTO runs (id, workflow, status, input, created_at, parent_id, parent_position, parent_execution)
-		VALUES (?, ?, 'pending', ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
-		c.ID, c.Workflow, blob(c.Input), tx.nanos, parentID, c.Position, execution)
+		c.ID, c.Workflow, string(status), blob(c.Input), tx.nanos, p.RunID, c.Position, execution)
 	if err != nil {
 		return fmt.Errorf("start child %s: %w", c.ID, err)
 	}
 	if n == 0 {
 		return nil
 	}
-	started := []store.Event{{Type: store.EventRunStarted, Execution: 1, Workflow: c.Workflow, Input: c.Input}}
-	if err := tx.appendEvents(c.ID, 0, started, nil); err != nil {
+	if err := tx.appendEvents(c.ID, 0, events, nil); err != nil {
 		return fmt.Errorf("start child %s: %w", c.ID, err)
 	}
 	return nil
 }
 
-// endChildren cancels the active children of a run that ends, if it has
-// any (activeRun with ending said so).
-func (tx *txn) endChildren(run runState, id, reason string) error {
+// endChildren cancels the active children of a run that its workflow
+// ends, if it has any (activeRun with ending said so).
+func (tx *txn) endChildren(run runState, id string) error {
 	if !run.children {
 		return nil
 	}
-	return tx.cancelChildren(id, reason)
+	return tx.cancelChildren(id, false)
 }
 
 // cancelChildren cancels the active children of a run that ends, and
-// theirs in turn.
-func (tx *txn) cancelChildren(parentID, reason string) error {
+// theirs in turn; cancelled says that the run was cancelled (ParentEnded).
+func (tx *txn) cancelChildren(parentID string, cancelled bool) error {
 	rows, err := tx.query(`
 		SELECT id, execution, (SELECT coalesce(max(seq), 0) FROM events WHERE run_id = runs.id)
 		FROM runs WHERE parent_id = ? AND status IN ('pending', 'running')`, parentID)
@@ -73,34 +68,34 @@ func (tx *txn) cancelChildren(parentID, reason string) error {
 		return err
 	}
 	for _, c := range children {
-		if err := tx.cancelRun(c.id, c.execution, c.last, reason); err != nil {
+		if err := tx.cancelRun(c.id, c.execution, c.last, store.ParentEnded(cancelled)); err != nil {
 			return fmt.Errorf("cancel child %s: %w", c.id, err)
 		}
 	}
 	return nil
 }
 
-// cancelRun cancels an active run: appends RunCancelled, drops its work
-// and cancels its children.
-func (tx *txn) cancelRun(id string, execution int, last int64, reason string) error {
+// cancelRun cancels an active run: appends cancelled, its RunCancelled,
+// drops its work and cancels its children.
+func (tx *txn) cancelRun(id string, execution int, last int64, cancelled store.Event) error {
 	_, err := tx.exec(`UPDATE runs SET status = 'cancelled', owner = '', lease_until = 0 WHERE id = ?`, id)
 	if err != nil {
 		return err
 	}
-	cancelled := []store.Event{{Type: store.EventRunCancelled, Execution: execution, Reason: reason}}
-	if err := tx.appendEvents(id, last, cancelled, nil); err != nil {
+	cancelled.Execution = execution
+	if err := tx.appendEvents(id, last, []store.Event{cancelled}, nil); err != nil {
 		return err
 	}
 	if err := tx.dropWork(id, allWork); err != nil {
 		return err
 	}
-	return tx.cancelChildren(id, reasonParentCancelled)
+	return tx.cancelChildren(id, true)
 }
 
-// tellParent appends e, ChildCompleted or ChildFailed, to the parent of a
-// child run that ended, if the parent is active and still in the
-// execution that started the child. It returns what it appended, or nil.
-func (tx *txn) tellParent(child runState, childID string, e store.Event) (*store.Outcome, error) {
+// tellParent appends e, the end of a child run (ChildEnded), to the
+// parent, if the parent still waits for it (ParentWaits). It returns what
+// it appended, or nil.
+func (tx *txn) tellParent(child runState, e store.Event) (*store.Outcome, error) {
 	var status, owner string
 	var execution int
 	var last int64
@@ -112,10 +107,10 @@ func (tx *txn) tellParent(child runState, childID string, e store.Event) (*store
 	if err != nil {
 		return nil, fmt.Errorf("parent %s: %w", child.parentID, err)
 	}
-	if store.RunStatus(status).Final() || execution != child.parentExecution {
+	if !store.ParentWaits(store.RunStatus(status), execution, child.parentExecution) {
 		return nil, nil
 	}
-	e.Execution, e.Position, e.Child = execution, child.parentPosition, childID
+	e.Execution = execution
 	events := []store.Event{e}
 	if err := tx.appendEvents(child.parentID, last, events, nil); err != nil {
 		return nil, fmt.Errorf("parent %s: %w", child.parentID, err)
@@ -132,12 +127,12 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 		if err != nil {
 			return err
 		}
-		if err := tx.cancelRun(p.ID, r.execution, r.last, p.Reason); err != nil {
+		if err := tx.cancelRun(p.ID, r.execution, r.last, p.Cancelled()); err != nil {
 			return err
 		}
 		if r.parentID != "" {
-			failed := store.Event{Type: store.EventChildFailed, Reason: string(store.RunCancelled)}
-			if _, err := tx.tellParent(r, p.ID, failed); err != nil {
+			ended := store.ChildEnded(p.ID, r.parentPosition, store.RunCancelled, nil, nil)
+			if _, err := tx.tellParent(r, ended); err != nil {
 				return err
 			}
 		}

@@ -10,9 +10,9 @@ import (
 	"reprise/internal/eventrow"
 )
 
-// RunRedrive reopens a failed run whose current execution's last step
-// outcome is a StepFailed: the step's task, kept in failed_steps when it
-// failed, is ready again with a fresh budget (Base = the attempts made).
+// RunRedrive reopens a failed run as its Redrive decides: the step's task,
+// kept in failed_steps when it failed, is ready again with a fresh budget
+// (Base = the attempts made).
 func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*store.Run, error) {
 	var run *store.Run
 	err := s.write(ctx, func(tx *txn) error {
@@ -27,15 +27,11 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 		if err != nil {
 			return err
 		}
-		if store.RunStatus(status) != store.RunFailed {
-			return store.ErrNotRedrivable
-		}
-		failed, err := lastStepEnd(tx, p.ID, execution)
+		redriven, err := p.Redrive(store.RunStatus(status), func() (store.Event, error) {
+			return lastStepEnd(tx, p.ID, execution)
+		})
 		if err != nil {
 			return err
-		}
-		if failed.Type != store.EventStepFailed {
-			return store.ErrNotRedrivable
 		}
 		n, err := tx.exec(`
 			INSERT INTO tasks (run_id, execution, position, step, input, idempotency_key, policy, timeout,
@@ -43,7 +39,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 			SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, attempt, ?,
 				step_version
 			FROM failed_steps WHERE run_id = ? AND execution = ? AND position = ?`,
-			tx.nanos, p.ID, execution, failed.Position)
+			tx.nanos, p.ID, execution, redriven.Position)
 		if err != nil {
 			return err
 		}
@@ -52,7 +48,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 			return store.ErrNotRedrivable
 		}
 		_, err = tx.exec(`DELETE FROM failed_steps WHERE run_id = ? AND execution = ? AND position = ?`,
-			p.ID, execution, failed.Position)
+			p.ID, execution, redriven.Position)
 		if err != nil {
 			return err
 		}
@@ -62,10 +58,8 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 		if err != nil {
 			return err
 		}
-		redriven := []store.Event{{
-			Type: store.EventRunRedriven, Execution: execution, Position: failed.Position, Step: failed.Step, Reason: p.By,
-		}}
-		if err := tx.appendEvents(p.ID, last, redriven, nil); err != nil {
+		redriven.Execution = execution
+		if err := tx.appendEvents(p.ID, last, []store.Event{redriven}, nil); err != nil {
 			return err
 		}
 		run, err = getRun(tx, p.ID)
@@ -79,7 +73,8 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 
 // SignalSend appends SignalReceived to an active run's current execution.
 func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*store.Outcome, error) {
-	body, err := eventrow.Body(store.Event{Type: store.EventSignalReceived, Step: p.Name, Input: p.Payload})
+	received := p.Received()
+	body, err := eventrow.Body(received)
 	if err != nil {
 		return nil, fmt.Errorf("signal run %s: %w", p.RunID, err)
 	}
@@ -89,7 +84,8 @@ func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*sto
 		if err != nil {
 			return err
 		}
-		events := []store.Event{{Type: store.EventSignalReceived, Execution: r.execution, Step: p.Name, Input: p.Payload}}
+		received.Execution = r.execution
+		events := []store.Event{received}
 		if err := tx.appendEvents(p.RunID, r.last, events, [][]byte{body}); err != nil {
 			return err
 		}
@@ -116,7 +112,7 @@ func lastStepEnd(tx *txn, runID string, execution int) (store.Event, error) {
 		if events, err = scanEvents(rows, events[:0], 0); err != nil {
 			return store.Event{}, err
 		}
-		if e, ok := eventrow.LastStepEnd(events, execution); ok {
+		if e, ok := store.LastStepEnd(events, execution); ok {
 			return e, nil
 		}
 	}

@@ -52,7 +52,10 @@ func getRun(tx *txn, id string) (*store.Run, error) {
 // RunCreate creates a run, or returns the existing one with the id. With
 // p.First, the new run is created running and the advance recorded at once.
 func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.RunLease, bool, error) {
-	startedBody, err := encodeEvents([]store.Event{{Type: store.EventRunStarted, Workflow: p.Workflow, Input: p.Input}})
+	if err := p.Check(); err != nil {
+		return store.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
+	}
+	startedBody, err := encodeEvents([]store.Event{p.Started()})
 	if err != nil {
 		return store.RunLease{}, false, fmt.Errorf("create run %s: %w", p.ID, err)
 	}
@@ -62,9 +65,6 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 	}
 	var first *preparedAdvance
 	if p.First != nil {
-		if p.Owner == "" {
-			return store.RunLease{}, false, fmt.Errorf("create run %s: a first advance needs an owner", p.ID)
-		}
 		fp := *p.First
 		fp.RunID = p.ID
 		if first, err = prepareAdvance(&fp); err != nil {
@@ -93,7 +93,7 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 			lease.Run, err = getRun(tx, p.ID)
 			return err
 		}
-		started := []store.Event{{Type: store.EventRunStarted, Execution: 1, Workflow: p.Workflow, Input: p.Input}}
+		started := []store.Event{p.Started()}
 		if first == nil {
 			if err := tx.appendEvents(p.ID, 0, started, startedBody); err != nil {
 				return err

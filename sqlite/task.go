@@ -69,16 +69,12 @@ func readyTasksSQL(n int) string {
 // total limit, and appends AttemptStarted for each.
 func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*store.Task, error) {
 	var quotas []store.StepQuota
-	total := 0
 	for _, q := range p.Steps {
 		if q.Limit > 0 {
 			quotas = append(quotas, q)
-			total += q.Limit
 		}
 	}
-	if p.Limit > 0 {
-		total = min(total, p.Limit)
-	}
+	total := p.Total()
 	if total == 0 {
 		return nil, nil
 	}
@@ -99,9 +95,8 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 	return tasks, nil
 }
 
-// claim leases the tasks query finds, in its order: a new attempt under a
-// new token, with a lease cut to the attempt's timeout. It appends
-// AttemptStarted for each. The write transaction holds SQLite's one write
+// claim leases the tasks query finds, in its order, each for its next
+// attempt (Task.Start), and appends their AttemptStarted. The write transaction holds SQLite's one write
 // lock, so nothing can claim the tasks between the query and the update.
 func (tx *txn) claim(query string, args []any, p *store.TaskClaimParams) ([]*store.Task, error) {
 	rows, err := tx.query(query, args...)
@@ -126,30 +121,18 @@ func (tx *txn) claim(query string, args []any, p *store.TaskClaimParams) ([]*sto
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	now := store.Now{At: tx.now}
 	for _, t := range tasks {
-		t.Attempt++
-		t.Token++
-		t.Owner = p.Owner
-		t.StartedAt = tx.now
-		if t.FirstStartedAt.IsZero() {
-			t.FirstStartedAt = tx.now
-		}
-		lease := p.LeaseTTL
-		if t.Timeout > 0 && t.Timeout < lease {
-			lease = t.Timeout
-		}
-		t.LeaseUntil = tx.now.Add(lease)
+		t.Start(p.Owner, p.LeaseTTL, now)
 		_, err := tx.exec(`
 			UPDATE tasks SET attempt = ?, token = ?, owner = ?, started_at = ?, first_started_at = ?, lease_until = ?
 			WHERE id = ?`,
-			t.Attempt, t.Token, p.Owner, tx.nanos, t.FirstStartedAt.UnixNano(), t.LeaseUntil.UnixNano(), t.ID)
+			t.Attempt, t.Token, t.Owner, t.StartedAt.UnixNano(), t.FirstStartedAt.UnixNano(), t.LeaseUntil.UnixNano(),
+			t.ID)
 		if err != nil {
 			return nil, err
 		}
-		started := []store.Event{{
-			Type: store.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
-			Attempt: t.Attempt, Worker: p.Owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
-		}}
+		started := []store.Event{t.AttemptStarted()}
 		if err := tx.appendEvents(t.RunID, last[t.RunID], started, nil); err != nil {
 			return nil, err
 		}
@@ -232,16 +215,13 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p *store.TaskHeartbeatParams)
 	return fromNanos(until), nil
 }
 
-// An attempt is what a report on a leased attempt needs: what its events
-// name, and its run's lease owner and last Seq.
+// An attempt is what a report on a leased attempt needs: its task as its
+// row says (RunID, Execution, Position, Step, Attempt and Lapses), and its
+// run's lease owner and last Seq.
 type attempt struct {
-	runID     string
-	execution int
-	position  int
-	step      string
-	attempt   int
-	owner     string
-	last      int64
+	task  store.Task
+	owner string
+	last  int64
 }
 
 // leasedAttempt reads the attempt a report is about: its token must match
@@ -253,15 +233,16 @@ func (tx *txn) leasedAttempt(taskID, token int64, lapsed bool) (attempt, error) 
 		lease = `t.lease_until <= ?`
 	}
 	var a attempt
+	t := &a.task
 	// The run is read by subquery, not by a join: a join made SQLite
 	// prepare the statement again for every new task id.
 	err := tx.queryRow(`
-		SELECT t.run_id, t.execution, t.position, t.step, t.attempt,
+		SELECT t.run_id, t.execution, t.position, t.step, t.attempt, t.lapses,
 			(SELECT owner FROM runs WHERE id = t.run_id),
 			(SELECT coalesce(max(seq), 0) FROM events WHERE run_id = t.run_id)
 		FROM tasks t
 		WHERE t.id = ? AND t.token = ? AND `+lease, taskID, token, tx.nanos).
-		Scan(&a.runID, &a.execution, &a.position, &a.step, &a.attempt, &a.owner, &a.last)
+		Scan(&t.RunID, &t.Execution, &t.Position, &t.Step, &t.Attempt, &t.Lapses, &a.owner, &a.last)
 	if errors.Is(err, sql.ErrNoRows) {
 		return a, store.ErrLeaseLost
 	}
@@ -270,15 +251,11 @@ func (tx *txn) leasedAttempt(taskID, token int64, lapsed bool) (attempt, error) 
 
 // report appends a report's events to the attempt's run and returns them
 // as its outcome.
-func (tx *txn) report(a attempt, events ...store.Event) (*store.Outcome, error) {
-	for i := range events {
-		e := &events[i]
-		e.Execution, e.Position, e.Step, e.Attempt = a.execution, a.position, a.step, a.attempt
-	}
-	if err := tx.appendEvents(a.runID, a.last, events, nil); err != nil {
+func (tx *txn) report(a attempt, events []store.Event) (*store.Outcome, error) {
+	if err := tx.appendEvents(a.task.RunID, a.last, events, nil); err != nil {
 		return nil, err
 	}
-	return &store.Outcome{RunID: a.runID, Owner: a.owner, Events: events}, nil
+	return &store.Outcome{RunID: a.task.RunID, Owner: a.owner, Events: events}, nil
 }
 
 // TaskComplete records a successful attempt and removes its task.
@@ -292,7 +269,7 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 		if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, p.TaskID); err != nil {
 			return err
 		}
-		out, err = tx.report(a, store.Event{Type: store.EventStepCompleted, Output: p.Output})
+		out, err = tx.report(a, []store.Event{p.Completed(&a.task)})
 		return err
 	})
 	if err != nil {
@@ -304,9 +281,8 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 // TaskFail records a failed attempt and the policy's decision: the task is
 // ready again at the retry time, or the step fails and the task goes.
 func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.Outcome, error) {
-	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
-	if leaseNext && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
-		return nil, fmt.Errorf("fail task %d: next attempt is to be leased: want LeaseOwner and LeaseTTL", p.TaskID)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
 	var out *store.Outcome
 	err := s.write(ctx, func(tx *txn) error {
@@ -314,9 +290,10 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 		if err != nil {
 			return err
 		}
-		failed := store.Event{Type: store.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
-		if !p.Retry {
-			failed.Reason = p.Reason
+		now := store.Now{At: tx.now}
+		events := p.Failed(make([]store.Event, 0, 2), &a.task, now)
+		switch {
+		case !p.Retry:
 			// The step is kept as it failed, for a redrive.
 			_, err := tx.exec(`
 				INSERT OR REPLACE INTO failed_steps
@@ -331,25 +308,17 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 			if _, err := tx.exec(`DELETE FROM tasks WHERE id = ?`, p.TaskID); err != nil {
 				return err
 			}
-			out, err = tx.report(a, failed, store.Event{Type: store.EventStepFailed, Error: &p.Error, Reason: p.Reason})
+		case p.LeasesNext():
+			out, err = tx.retryLeased(p, a, events, now)
 			return err
+		default:
+			_, err = tx.exec(`UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ?, lapses = ? WHERE id = ?`,
+				events[0].RetryAt.UnixNano(), p.Lapses(a.task.Lapses), p.TaskID)
+			if err != nil {
+				return err
+			}
 		}
-		failed.Delay, failed.RetryAt = p.Delay, tx.now.Add(p.Delay)
-		if leaseNext {
-			out, err = tx.retryLeased(p, a, failed)
-			return err
-		}
-		// A lapsed lease counts towards the poison count; any other
-		// result resets it.
-		_, err = tx.exec(`
-			UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ?,
-				lapses = CASE WHEN ? THEN lapses + 1 ELSE 0 END
-			WHERE id = ?`,
-			failed.RetryAt.UnixNano(), p.Expired, p.TaskID)
-		if err != nil {
-			return err
-		}
-		out, err = tx.report(a, failed)
+		out, err = tx.report(a, events)
 		return err
 	})
 	if err != nil {
@@ -359,37 +328,30 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 }
 
 // retryLeased retries a failed attempt at once: the task's next attempt
-// starts under a new token, leased to p.LeaseOwner as a claim would lease
-// it, in the same statement that releases the failed one. AttemptStarted
-// follows AttemptFailed, and the leased task is the outcome's Next.
-func (tx *txn) retryLeased(p *store.TaskFailParams, a attempt, failed store.Event) (*store.Outcome, error) {
-	// An UPDATE and a SELECT cost less than UPDATE ... RETURNING.
-	_, err := tx.exec(`
-		UPDATE tasks SET attempt = attempt + 1, token = token + 1, owner = ?1, ready_at = ?2, started_at = ?2,
-			first_started_at = coalesce(first_started_at, ?2),
-			lease_until = ?2 + CASE WHEN timeout > 0 AND timeout < ?3 THEN timeout ELSE ?3 END,
-			lapses = CASE WHEN ?4 THEN lapses + 1 ELSE 0 END
-		WHERE id = ?5`,
-		p.LeaseOwner, tx.nanos, int64(p.LeaseTTL), p.Expired, p.TaskID)
-	if err != nil {
-		return nil, err
-	}
+// starts, leased to p.LeaseOwner as a claim would lease it, in the same
+// statement that releases the failed one. Its AttemptStarted follows the
+// events of the failure, and the leased task is the outcome's Next.
+func (tx *txn) retryLeased(p *store.TaskFailParams, a attempt, events []store.Event, now store.Now) (*store.Outcome, error) {
 	next, err := scanTask(tx.queryRow(`SELECT `+taskColumns+` FROM tasks WHERE id = ?`, p.TaskID))
 	if err != nil {
 		return nil, err
 	}
-	out, err := tx.report(a, failed)
+	next.Start(p.LeaseOwner, p.LeaseTTL, now)
+	next.Lapses = p.Lapses(next.Lapses)
+	_, err = tx.exec(`
+		UPDATE tasks SET attempt = ?, token = ?, owner = ?, ready_at = ?, started_at = ?, first_started_at = ?,
+			lease_until = ?, lapses = ?
+		WHERE id = ?`,
+		next.Attempt, next.Token, next.Owner, tx.nanos, next.StartedAt.UnixNano(), next.FirstStartedAt.UnixNano(),
+		next.LeaseUntil.UnixNano(), next.Lapses, p.TaskID)
 	if err != nil {
 		return nil, err
 	}
-	started := []store.Event{{
-		Type: store.EventAttemptStarted, Execution: next.Execution, Position: next.Position, Step: next.Step,
-		Attempt: next.Attempt, Worker: p.LeaseOwner, LeaseUntil: next.LeaseUntil, IdempotencyKey: next.IdempotencyKey,
-	}}
-	if err := tx.appendEvents(a.runID, a.last+1, started, nil); err != nil {
+	out, err := tx.report(a, append(events, next.AttemptStarted()))
+	if err != nil {
 		return nil, err
 	}
-	out.Events, out.Next = append(out.Events, started[0]), next
+	out.Next = next
 	return out, nil
 }
 

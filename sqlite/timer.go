@@ -51,9 +51,7 @@ func (s *Store) TimerFire(ctx context.Context, p *store.TimerFireParams) ([]*sto
 			if byRun[t.runID] == nil {
 				runs = append(runs, t.runID)
 			}
-			byRun[t.runID] = append(byRun[t.runID], store.Event{
-				Type: store.EventTimerFired, Execution: t.execution, Position: t.position,
-			})
+			byRun[t.runID] = append(byRun[t.runID], store.TimerFired(t.execution, t.position))
 		}
 		for _, id := range runs {
 			out, err := tx.outcome(id, byRun[id]...)

@@ -114,14 +114,18 @@ type Task struct {
 //
 // Times are the store's: it stamps events and computes ready and lease times
 // from its own clock (an option of each driver), from the durations given.
-// A store's behaviour is pinned by the storetest suite, which every driver
-// must pass.
+// What a transition appends to the history, and the rows it makes or
+// drops, is decided by the rules of this package (advance.go, attempt.go,
+// child.go, redrive.go), which every store calls; a store persists what
+// they decide. A store's behaviour is pinned by the storetest suite, which
+// every driver must pass.
 type Store interface {
-	// RunCreate creates a run and appends RunStarted; with an Owner, the new
-	// run is leased to it (and running), and with First as well, First is recorded as
-	// RunAdvance would record it, in the same transaction (the lease's
-	// Advanced says what it did). If a run with the id exists, it returns
-	// that run (Token 0) and created=false, and changes nothing.
+	// RunCreate creates a run and appends RunStarted (Started); with an
+	// Owner, the new run is leased to it (and running), and with First as
+	// well, First is recorded as RunAdvance would record it, in the same
+	// transaction (the lease's Advanced says what it did). If a run with
+	// the id exists, it returns that run (Token 0) and created=false, and
+	// changes nothing.
 	RunCreate(ctx context.Context, p *RunCreateParams) (lease RunLease, created bool, err error)
 	// RunGet returns a run, or ErrNotFound.
 	RunGet(ctx context.Context, id string) (*Run, error)
@@ -134,31 +138,31 @@ type Store interface {
 	// RunRenew sets the leases of all active runs the owner holds to lapse
 	// LeaseTTL from now; a zero LeaseTTL releases them for others to claim.
 	RunRenew(ctx context.Context, p *RunRenewParams) error
-	// RunAdvance records what the workflow did since its last advance: the
-	// steps and timers it scheduled, and whether it finished. It checks the
-	// run's lease token (ErrLeaseLost) and that the run is active
-	// (ErrRunFinished).
+	// RunAdvance records what the workflow did since its last advance (see
+	// RunAdvanceParams: Plan, Stamp, CancelRequests, and RunFinish's
+	// rules). It checks the run's lease token (ErrLeaseLost) and that the
+	// run is active (ErrRunFinished).
 	RunAdvance(ctx context.Context, p *RunAdvanceParams) (*Advanced, error)
-	// RunCancel cancels an active run: appends RunCancelled and drops its
-	// tasks and timers, so that results of running attempts are rejected.
-	// A finished run gives ErrRunFinished.
+	// RunCancel cancels an active run: appends RunCancelled (Cancelled),
+	// drops its tasks and timers, so that results of running attempts are
+	// rejected, cancels its active descendants (ParentEnded) and tells its
+	// parent (ChildEnded). A finished run gives ErrRunFinished.
 	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
-	// RunRedrive reopens a failed run whose failure came from a step that
-	// failed for good: the step's task is made ready again with a fresh
-	// attempt budget (attempt numbers go on; Task.Base is set to the last
-	// attempt), RunRedriven{Position, Reason: By} is appended, the run is
-	// running again and unowned. A run that is not failed, or has no failed
-	// step in its current execution, gives ErrNotRedrivable.
+	// RunRedrive reopens a failed run as RunRedriveParams.Redrive decides:
+	// the failed step's task is made ready again with a fresh attempt
+	// budget (attempt numbers go on; Task.Base is set to the last attempt),
+	// and the run is running again and unowned.
 	RunRedrive(ctx context.Context, p *RunRedriveParams) (*Run, error)
-	// SignalSend appends SignalReceived{Step: Name, Input: Payload} to an
-	// active run's current execution. A finished run gives ErrRunFinished.
+	// SignalSend appends SignalReceived (Received) to an active run's
+	// current execution. A finished run gives ErrRunFinished.
 	SignalSend(ctx context.Context, p *SignalSendParams) (*Outcome, error)
 	// HistoryList returns a run's events in order, ErrNotFound for no run.
 	HistoryList(ctx context.Context, p *HistoryListParams) ([]Event, error)
 
-	// TaskClaim leases up to the given number of ready tasks per step name,
-	// oldest ready time first, and appends AttemptStarted for each. A task
-	// is never leased to two claimers at once.
+	// TaskClaim leases up to the given number of ready tasks per step name
+	// (Total), oldest ready time first, and starts an attempt of each
+	// (Task.Start, AttemptStarted). A task is never leased to two claimers
+	// at once.
 	TaskClaim(ctx context.Context, p *TaskClaimParams) ([]*Task, error)
 	// TaskGet returns a task as it stands (lease fields included), or
 	// ErrNotFound once it is done or dropped.
@@ -170,12 +174,13 @@ type Store interface {
 	TaskAttemptList(ctx context.Context, p *TaskAttemptListParams) ([]TaskAttempt, error)
 	// TaskHeartbeat extends a lease, never past the attempt's timeout.
 	TaskHeartbeat(ctx context.Context, p *TaskHeartbeatParams) (time.Time, error)
-	// TaskComplete records an attempt's result: appends StepCompleted and
-	// removes the task. Stale token or lapsed lease: ErrLeaseLost.
+	// TaskComplete records an attempt's result: appends StepCompleted
+	// (Completed) and removes the task. Stale token or lapsed lease:
+	// ErrLeaseLost.
 	TaskComplete(ctx context.Context, p *TaskCompleteParams) (*Outcome, error)
-	// TaskFail records a failed attempt and the policy's decision: appends
-	// AttemptFailed, then either makes the task ready again after the
-	// delay or appends StepFailed and removes it.
+	// TaskFail records a failed attempt and the policy's decision (Failed):
+	// makes the task ready again at the retry's time (counting its Lapses),
+	// or moves it aside, as it was scheduled, for RunRedrive.
 	TaskFail(ctx context.Context, p *TaskFailParams) (*Outcome, error)
 	// TaskListExpired returns leased tasks whose lease has lapsed.
 	TaskListExpired(ctx context.Context, p *TaskListExpiredParams) ([]*Task, error)
@@ -217,11 +222,11 @@ type Store interface {
 
 // RunCreateParams creates a run.
 type RunCreateParams struct {
-	// ParentID and ParentPosition make the run a child: when it finishes,
-	// ChildCompleted or ChildFailed{Position: ParentPosition, Child: ID}
-	// is appended to the parent (if active, in ParentExecution) and the
-	// parent's owner told by a notice; cancelling the parent cancels it.
-	// RunAdvance's Children set these; they are in Run too.
+	// ParentID, ParentPosition and ParentExecution make the run a child:
+	// its end is appended to the parent (ChildEnded, while ParentWaits)
+	// and the parent's owner told by a notice; the parent's end cancels it
+	// (ParentEnded). RunAdvance's Children set these; ParentID is in Run
+	// too.
 	ParentID        string
 	ParentPosition  int
 	ParentExecution int
@@ -292,10 +297,10 @@ type Advanced struct {
 	Parent *Outcome
 }
 
-// RunAdvanceParams records a workflow's progress. Completed results come
-// first (StepCompleted), then steps and timers in the order of their
-// positions (StepScheduled, TimerScheduled), then the run's end, if Finish
-// is set.
+// RunAdvanceParams records a workflow's progress. Its events go in this
+// order: the Completed results (StepCompleted), what the workflow
+// scheduled in position order (Plan), its cancels (CancelRequests), and
+// the run's end, if Finish is set (Ended, Continued).
 type RunAdvanceParams struct {
 	RunID string
 	Token int64
@@ -310,21 +315,19 @@ type RunAdvanceParams struct {
 	// round trip through the queue.
 	LeaseOwner string
 	LeaseTTL   time.Duration
-	// Steps become StepScheduled events and ready tasks.
-	Steps []StepSpec
-	// Timers become TimerScheduled events and pending timers.
-	Timers []TimerSpec
-	// Markers become VersionMarker events.
-	Markers []MarkerSpec
-	// Children become child runs (unowned, ready to claim) and
-	// ChildStarted events.
+	// Steps become StepScheduled events and ready tasks, Timers
+	// TimerScheduled events and pending timers, Markers VersionMarker
+	// events, Children ChildStarted events and child runs (ChildRun).
+	Steps    []StepSpec
+	Timers   []TimerSpec
+	Markers  []MarkerSpec
 	Children []ChildSpec
 	// Cancels lists positions of steps and timers the workflow no longer
-	// waits for: their tasks and timers are dropped, and for a step whose
-	// task existed StepCancelRequested{Position, Step} is appended.
+	// waits for: their tasks and timers are dropped (CancelRequests).
 	Cancels []int
-	// Finish, when set, ends the run (RunCompleted, RunFailed or
-	// RunCancelled) and drops its remaining tasks and timers.
+	// Finish, when set, ends the run (Ended), or its execution, and drops
+	// its remaining tasks and timers, and its failed steps unless it fails
+	// (DropsFailedSteps); its active children are cancelled (ParentEnded).
 	Finish *RunFinish
 }
 
@@ -361,7 +364,7 @@ type StepSpec struct {
 	// redrive too, and StepScheduled records it as Version.
 	StepVersion int
 	// Lease leases the new task to RunAdvanceParams.LeaseOwner at once:
-	// attempt 1 starts and AttemptStarted follows StepScheduled.
+	// attempt 1 starts (Stamp).
 	Lease bool
 }
 
@@ -377,11 +380,10 @@ type RunFinish struct {
 	Status RunStatus
 	Output json.RawMessage
 	Error  *ErrorInfo
-	// ContinueAsNew, instead of ending the run, ends its execution: the
-	// run's tasks and timers are dropped, RunContinuedAsNew{Input} is
-	// appended, Execution goes up by one, Input becomes the run's input,
-	// and RunStarted{Execution, Input} opens the new execution. The run
-	// stays running and leased to the same owner with the same token.
+	// ContinueAsNew, instead of ending the run, ends its execution
+	// (Continued): Execution goes up by one and Input becomes the run's
+	// input. The run stays running and leased to the same owner with the
+	// same token.
 	ContinueAsNew bool
 	Input         json.RawMessage
 }
@@ -489,7 +491,7 @@ type TaskFailParams struct {
 	Token  int64
 	Error  ErrorInfo
 	// Retry makes the task ready again after Delay; otherwise the step
-	// fails with Reason.
+	// fails with Reason (Failed).
 	Retry  bool
 	Delay  time.Duration
 	Rule   string
@@ -499,10 +501,10 @@ type TaskFailParams struct {
 	Expired bool
 	// Attempt is as in TaskCompleteParams.
 	Attempt int
-	// LeaseNext, with Retry and a zero Delay, starts the next attempt at
-	// once in the same transaction, leased to LeaseOwner for LeaseTTL as
-	// TaskClaim would lease it (AttemptStarted follows AttemptFailed); the
-	// task is returned in Outcome.Next. A worker that retries at once so
+	// LeaseNext, with Retry and a zero Delay (LeasesNext), starts the next
+	// attempt at once in the same transaction, leased to LeaseOwner for
+	// LeaseTTL as TaskClaim would lease it (Task.Start; AttemptStarted
+	// follows AttemptFailed); the task is returned in Outcome.Next. A worker that retries at once so
 	// skips a round trip through the queue. A store may keep the lease
 	// of the attempt before, the same owner's, while it has half its
 	// LeaseTTL or more to run and the step has no timeout; the worker

@@ -18,7 +18,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reprise/store"
-	"slices"
 	"strconv"
 	"time"
 )
@@ -90,17 +89,4 @@ func Decode(dst []store.Event, seq int64, execution int, at time.Time, body []by
 	}
 	e.Seq, e.Execution, e.At = seq, execution, at
 	return append(dst, e), nil
-}
-
-// LastStepEnd returns the last StepCompleted or StepFailed of execution
-// among events, in history order, and whether there is one. A redrive reads
-// a run's rows newest first and asks each, as a row may end with other
-// events than its step's outcome.
-func LastStepEnd(events []store.Event, execution int) (store.Event, bool) {
-	for _, e := range slices.Backward(events) {
-		if e.Execution == execution && (e.Type == store.EventStepCompleted || e.Type == store.EventStepFailed) {
-			return e, true
-		}
-	}
-	return store.Event{}, false
 }
