@@ -34,6 +34,8 @@ commands:
   signal RUN NAME             send a signal to a run
   policy check '<policy>'     print a retry policy in its canonical form
   policy explain '<policy>'   show what a policy decides, attempt by attempt
+  flow check FILE             check a flow file (YAML or JSON) and say what is wrong, where
+  flow run FILE               run a flow on the embedded database, and show its history
   migrate                     create or upgrade a database's schema
   help                        print this help
 
@@ -78,6 +80,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return signalMain(args, stdout, stderr)
 	case "migrate":
 		return migrateMain(args, stdout, stderr)
+	case "flow":
+		return flowMain(args, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
