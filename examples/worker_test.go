@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"reprise/store"
 	"strings"
 	"sync"
 	"syscall"
@@ -24,6 +23,7 @@ import (
 	"reprise"
 	"reprise/httpapi"
 	"reprise/internal/cli"
+	"reprise/store"
 )
 
 // TestPythonWorkerOutlivesServer runs worker.py against the reprise
@@ -53,7 +53,7 @@ func TestPythonWorkerOutlivesServer(t *testing.T) {
 	// Killed while the worker works: it cannot send the result.
 	startRun(t, c, "across", `{"text": "across", "sleep_ms": 300}`)
 	w.waitLog(t, "claimed across")
-	first.kill()
+	first.kill(t)
 	w.waitLog(t, "unreachable")
 	// A proxy answers 503 while the server is away.
 	tries := make(chan struct{}, 100)
@@ -69,13 +69,17 @@ func TestPythonWorkerOutlivesServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go proxy.Serve(ln)
+	served := make(chan error, 1)
+	go func() { served <- proxy.Serve(ln) }()
 	select {
 	case <-tries:
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the worker did not try again through the proxy\n%s", w.output())
 	}
 	proxy.Close()
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Fatalf("the proxy: %v", err)
+	}
 
 	second := startServer(t, addr, db, args...)
 	c = newClient(t, second.url, token)
@@ -205,22 +209,24 @@ func startServer(t *testing.T, addr, db string, args ...string) *server {
 		if s.dead {
 			return
 		}
-		s.cmd.Process.Signal(syscall.SIGINT)
+		if err := s.cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Errorf("stop the server: %v\n%s", err, s.out.String())
+			return
+		}
 		select {
 		case err := <-s.done:
 			if err != nil {
 				t.Errorf("server exit: %v\n%s", err, s.out.String())
 			}
 		case <-time.After(20 * time.Second):
-			s.cmd.Process.Kill()
-			t.Errorf("the server did not stop on SIGINT\n%s", s.out.String())
+			t.Errorf("the server did not stop on SIGINT (killed: %v)\n%s", s.cmd.Process.Kill(), s.out.String())
 		}
 	})
 	m, err := s.out.wait(listening, 10*time.Second, s.done)
 	if err != nil {
-		s.cmd.Process.Kill()
 		s.dead = true
-		t.Fatalf("the server did not say where it listens: %v\n%s", err, s.out.String())
+		// It may have exited, which is why it did not say.
+		t.Fatalf("the server did not say where it listens: %v (killed: %v)\n%s", err, s.cmd.Process.Kill(), s.out.String())
 	}
 	s.url = m[1]
 	return s
@@ -228,10 +234,15 @@ func startServer(t *testing.T, addr, db string, args ...string) *server {
 
 // kill kills the server with SIGKILL, as a crash would, and waits for it
 // to be gone.
-func (s *server) kill() {
-	s.cmd.Process.Kill()
-	<-s.done
+func (s *server) kill(t *testing.T) {
+	t.Helper()
+	if err := s.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill the server: %v\n%s", err, s.out.String())
+	}
 	s.dead = true
+	if err := <-s.done; err == nil {
+		t.Fatalf("the server exited on its own before the kill\n%s", s.out.String())
+	}
 }
 
 // A worker is a worker.py process.
@@ -254,9 +265,16 @@ func startWorker(t *testing.T, python string, args ...string) *worker {
 	}
 	go func() { w.done <- w.cmd.Wait() }()
 	t.Cleanup(func() {
-		if !w.stopped {
-			w.cmd.Process.Kill()
-			<-w.done
+		if w.stopped {
+			return
+		}
+		// Killed, it exits with an error; without one, it had ended on
+		// its own, which only SIGTERM (stop) should make it do.
+		if err := w.cmd.Process.Kill(); err != nil {
+			t.Errorf("kill the worker: %v\n%s", err, w.output())
+		}
+		if err := <-w.done; err == nil {
+			t.Errorf("the worker exited on its own\n%s", w.output())
 		}
 	})
 	return w
@@ -276,7 +294,9 @@ func (w *worker) waitLog(t *testing.T, s string) {
 // for tasks) and cleanly.
 func (w *worker) stop(t *testing.T) {
 	t.Helper()
-	w.cmd.Process.Signal(syscall.SIGTERM)
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("stop the worker: %v\n%s", err, w.output())
+	}
 	select {
 	case err := <-w.done:
 		w.stopped = true
@@ -395,7 +415,11 @@ func checkOutput(t *testing.T, c *httpapi.Client, id, upper string, attempt int)
 		Upper   string `json:"upper"`
 		Attempt int    `json:"attempt"`
 	}
-	json.Unmarshal(run.Output, &got)
+	if run.Status == store.RunCompleted {
+		if err := json.Unmarshal(run.Output, &got); err != nil {
+			t.Fatalf("run %s: output %s: %v", id, run.Output, err)
+		}
+	}
 	if run.Status != store.RunCompleted || got.Upper != upper || got.Attempt != attempt {
 		t.Errorf("run %s: %s %s; want completed with %q on attempt %d", id, run.Status, run.Output, upper, attempt)
 	}

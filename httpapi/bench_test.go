@@ -1,18 +1,18 @@
 package httpapi
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"reprise/store"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // BenchmarkStartRun: runs started per second through POST /v1/runs, one
@@ -31,7 +31,7 @@ func BenchmarkStartRun(b *testing.B) {
 	b.Run("parallel", func(b *testing.B) {
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				if _, _, err := s.c.StartRun(context.Background(), "echo", input, ""); err != nil {
+				if _, _, err := s.c.StartRun(b.Context(), "echo", input, ""); err != nil {
 					b.Error(err)
 					return
 				}
@@ -46,7 +46,7 @@ func BenchmarkStartRun(b *testing.B) {
 // started before the timer; each worker long-polls.
 func BenchmarkPullWorkers(b *testing.B) {
 	s := newTestServer(b, Options{}, echo)
-	ctx := context.Background()
+	ctx := b.Context()
 	if err := s.c.RegisterStep(ctx, Step{Name: "work", Kind: KindPull}); err != nil {
 		b.Fatal(err)
 	}
@@ -90,12 +90,16 @@ func BenchmarkPullWorkers(b *testing.B) {
 // recording the outcome); directly, it is one POST with net/http.
 func BenchmarkHTTPStepLatency(b *testing.B) {
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.Write([]byte(`{"success": true, "output": 1}`))
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			b.Errorf("read the request: %v", err)
+		}
+		if _, err := w.Write([]byte(`{"success": true, "output": 1}`)); err != nil {
+			b.Errorf("write the answer: %v", err)
+		}
 	}))
 	defer endpoint.Close()
 	s := newTestServer(b, Options{})
-	ctx := context.Background()
+	ctx := b.Context()
 	if err := s.c.RegisterStep(ctx, Step{Name: "web", Kind: KindHTTP, URL: endpoint.URL}); err != nil {
 		b.Fatal(err)
 	}
@@ -106,8 +110,11 @@ func BenchmarkHTTPStepLatency(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
+		_, err = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
 		direct = append(direct, time.Since(start))
 
 		run, _, err := s.c.StartStep(ctx, "web", json.RawMessage(`1`), "")

@@ -8,12 +8,12 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"reprise/store"
 	"strconv"
 	"strings"
 	"time"
 
 	"reprise/httpstep"
+	"reprise/store"
 )
 
 // A Client calls a reprise server's API. Its errors for answers other than
@@ -172,7 +172,8 @@ func query(q url.Values) string {
 	return "?" + q.Encode()
 }
 
-// runPath is the path of run id, its id escaped.
+// runPath is the path of run id, its id escaped: a child run's slashes
+// are sent as %2F, within the one segment of the {id}.
 func runPath(id string) string { return "/v1/runs/" + url.PathEscape(id) }
 
 // GetRun returns a run's current state.

@@ -17,6 +17,7 @@ func FuzzDecodeBodies(f *testing.F) {
 	paths := []string{
 		"/v1/runs", "/v1/steps", "/v1/tasks/claim", "/v1/runs/r1/cancel",
 		"/v1/tasks/1/complete", "/v1/tasks/1/fail", "/v1/tasks/1/heartbeat",
+		"/v1/runs/r1/2/cancel", "/v1/runs/r1%2F2/signals", // a child run's id, as it is and escaped
 	}
 	for i, body := range []string{
 		`{"workflow":"echo","input":{"a":[1,2]},"id":"r1"}`,

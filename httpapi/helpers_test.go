@@ -9,7 +9,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,6 +19,7 @@ import (
 	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // testServer is the API of a running real-clock engine on a temporary
@@ -97,10 +97,15 @@ func serveOn(t testing.TB, st store.Store, run bool, leaseTTL time.Duration, opt
 	}
 	stop := func() {}
 	if run {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- e.Run(ctx) }()
-		stop = func() { cancel(); <-done }
+		stop = func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("engine: %v", err)
+			}
+		}
 	}
 	t.Cleanup(func() {
 		c.Close()
@@ -110,15 +115,18 @@ func serveOn(t testing.TB, st store.Store, run bool, leaseTTL time.Duration, opt
 	return &testServer{e: e, c: c, url: hs.URL, token: opts.Token, handle: h}
 }
 
-// dropSchema drops a test's PostgreSQL schema.
+// dropSchema drops a test's PostgreSQL schema. It runs in a cleanup,
+// when the test's context has ended.
 func dropSchema(t testing.TB, dsn, schema string) {
-	conn, err := pgx.Connect(context.Background(), dsn)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
 		t.Error(err)
 	}
 }
@@ -169,7 +177,7 @@ func (s *testServer) wantProblem(t *testing.T, method, path, body string, status
 // waitRun waits for run id to finish.
 func (s *testServer) waitRun(t testing.TB, id string) *store.Run {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for {
 		run, err := s.c.WaitRun(ctx, id, 5*time.Second)

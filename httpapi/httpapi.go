@@ -24,6 +24,7 @@ import (
 
 	"reprise"
 	"reprise/httpstep"
+	"reprise/internal/runid"
 )
 
 // Options configure the handler. The zero value works.
@@ -127,7 +128,8 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 			return nil, err
 		}
 	}
-	loadCtx, cancel := context.WithTimeout(context.Background(), loadTimeout)
+	// The load is bounded by loadTimeout alone: NewHandler takes no ctx.
+	loadCtx, cancel := context.WithTimeout(context.Background(), loadTimeout) //nolint:forbidigo // NewHandler has no ctx to derive from; it needs one (a change to internal/cli, its caller)
 	err = a.loadSteps(loadCtx)
 	cancel()
 	if err != nil {
@@ -135,15 +137,23 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	}
 
 	mux := http.NewServeMux()
-	route := func(path string, methods map[string]http.HandlerFunc) {
-		mux.Handle(path, a.methods(path, methods))
+	route := func(path string, methods map[string]http.HandlerFunc) http.Handler {
+		h := a.methods(path, methods)
+		mux.Handle(path, h)
+		return h
 	}
 	route("/v1/runs", map[string]http.HandlerFunc{"GET": a.listRuns, "POST": a.startRun})
-	route("/v1/runs/{id}", map[string]http.HandlerFunc{"GET": a.getRun})
-	route("/v1/runs/{id}/history", map[string]http.HandlerFunc{"GET": a.history})
-	route("/v1/runs/{id}/cancel", map[string]http.HandlerFunc{"POST": a.cancelRun})
-	route("/v1/runs/{id}/redrive", map[string]http.HandlerFunc{"POST": a.redriveRun})
-	route("/v1/runs/{id}/signals", map[string]http.HandlerFunc{"POST": a.signalRun})
+	// A run's routes, by what follows its id. A child run's id holds
+	// slashes: escaped (order-1%2F2), it is the {id} of these routes;
+	// as it is (order-1/2), childRoutes serves it.
+	runRoutes := map[string]http.Handler{
+		"":        route("/v1/runs/{id}", map[string]http.HandlerFunc{"GET": a.getRun}),
+		"history": route("/v1/runs/{id}/history", map[string]http.HandlerFunc{"GET": a.history}),
+		"cancel":  route("/v1/runs/{id}/cancel", map[string]http.HandlerFunc{"POST": a.cancelRun}),
+		"redrive": route("/v1/runs/{id}/redrive", map[string]http.HandlerFunc{"POST": a.redriveRun}),
+		"signals": route("/v1/runs/{id}/signals", map[string]http.HandlerFunc{"POST": a.signalRun}),
+	}
+	mux.Handle("/v1/runs/{path...}", childRoutes(runRoutes))
 	route("/v1/steps", map[string]http.HandlerFunc{"GET": a.listSteps, "POST": a.registerStep})
 	route("/v1/steps/{name}", map[string]http.HandlerFunc{"GET": a.getStep, "DELETE": a.deleteStep})
 	route("/v1/tasks/claim", map[string]http.HandlerFunc{"POST": a.claim})
@@ -188,6 +198,28 @@ func (a *api) methods(pattern string, m map[string]http.HandlerFunc) http.Handle
 			return
 		}
 		h(w, r)
+	})
+}
+
+// childRoutes serves the routes of a run whose id is a child run's,
+// written with its slashes as they are (/v1/runs/order-1/2/history): the
+// id is what comes before the last segment when that names one of the
+// routes, else the whole path. Any other path is no endpoint.
+func childRoutes(routes map[string]http.Handler) http.Handler {
+	var actions []string
+	for action := range routes {
+		if action != "" {
+			actions = append(actions, action)
+		}
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, action := runid.Split(r.PathValue("path"), actions...)
+		if runid.Check(id) != nil {
+			writeProblem(w, notFound("no endpoint %s", r.URL.Path))
+			return
+		}
+		r.SetPathValue("id", id)
+		routes[action].ServeHTTP(w, r)
 	})
 }
 

@@ -14,7 +14,6 @@ import (
 	"net/url"
 	"os"
 	"regexp"
-	"reprise/store"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,6 +28,7 @@ import (
 
 	"reprise"
 	"reprise/httpstep"
+	"reprise/store"
 )
 
 // The contract tests hold the server to openapi.json, the API's OpenAPI

@@ -8,16 +8,19 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"reprise/store"
 	"strconv"
 	"strings"
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
+
+	"reprise/store"
 )
 
 // Problem is an error answer of the API, served as application/problem+json
 // (RFC 9457). A Client returns it as the error of a call that got one.
+//
+//nolint:errname // RFC 9457's name for it, and the API's: clients match *httpapi.Problem
 type Problem struct {
 	// Type names the kind of problem: one of the Problem* constants.
 	Type   string `json:"type"`
@@ -95,14 +98,17 @@ func writeProblem(w http.ResponseWriter, p *Problem) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
-	json.NewEncoder(w).Encode(p)
+	// A write that fails is a client gone, with no one left to tell.
+	_ = json.NewEncoder(w).Encode(p)
 }
 
-// writeJSON answers v with status.
+// writeJSON answers v with status. v is the server's own answer, which
+// encodes (the JSON in it was checked when it came in); a write that
+// fails is a client gone, with no one left to tell.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	_ = json.NewEncoder(w).Encode(v)
 }
 
 // decode reads the request's JSON body into v, strictly: one object of at

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reprise/store"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"reprise"
+	"reprise/internal/runid"
+	"reprise/store"
 )
 
 // oneStepWorkflow is the workflow name under which {"step": NAME} runs
@@ -85,6 +88,9 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 	var opts []reprise.RunOption
 	if req.ID != "" {
 		if err := reprise.ValidateRunID(req.ID); err != nil {
+			if strings.Contains(req.ID, "/") {
+				err = fmt.Errorf("%w; an id with / is a child run's, which its parent starts", err)
+			}
 			writeProblem(w, invalid("id", "%v", err))
 			return
 		}
@@ -104,7 +110,7 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 		status = http.StatusCreated
 		a.metrics.runsStarted.Inc()
 	}
-	w.Header().Set("Location", "/v1/runs/"+run.ID)
+	w.Header().Set("Location", "/v1/runs/"+url.PathEscape(run.ID))
 	writeJSON(w, status, wireRun(run))
 }
 
@@ -138,7 +144,7 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 		p.Limit = n
 	}
 	if c := q.Get("cursor"); c != "" {
-		if err := reprise.ValidateRunID(c); err != nil {
+		if err := runid.Check(c); err != nil {
 			writeProblem(w, invalid("cursor", "cursor is not a run id: %v", err))
 			return
 		}
@@ -162,10 +168,10 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// runID reads the {id} of a run's path.
+// runID reads the {id} of a run's path: any run's, a child run's too.
 func runID(w http.ResponseWriter, r *http.Request) (string, bool) {
 	id := r.PathValue("id")
-	if err := reprise.ValidateRunID(id); err != nil {
+	if err := runid.Check(id); err != nil {
 		writeProblem(w, invalid("id", "%v", err))
 		return "", false
 	}
@@ -267,7 +273,8 @@ func (a *api) waitForEvents(ctx context.Context, id string, seq int64, d time.Du
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		a.e.Wait(waitCtx, id)
+		// Its return is the signal; the caller reads the run again.
+		_, _ = a.e.Wait(waitCtx, id)
 	}()
 	defer func() { cancel(); <-finished }()
 	return poll(waitCtx, d, finished, func(ctx context.Context) (bool, error) {

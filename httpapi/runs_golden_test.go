@@ -8,13 +8,13 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"reprise"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")

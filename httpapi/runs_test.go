@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reprise/store"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"reprise"
+	"reprise/store"
 )
 
 func TestStartRun(t *testing.T) {
@@ -77,7 +77,10 @@ func TestStartRunErrors(t *testing.T) {
 		s.wantProblem(t, "POST", "/v1/runs", c.body, c.status, c.field)
 	}
 	// A body that is not JSON by its type.
-	req, _ := http.NewRequest("POST", s.url+"/v1/runs", strings.NewReader(`workflow=echo`))
+	req, err := http.NewRequest(http.MethodPost, s.url+"/v1/runs", strings.NewReader(`workflow=echo`))
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -245,7 +248,10 @@ func TestAuth(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, Options{Token: "sesame"}, echo)
 	for _, h := range []string{"", "Bearer nope", "sesame", "Bearer sesame2", "bearer sesame"} {
-		req, _ := http.NewRequest("GET", s.url+"/v1/runs", nil)
+		req, err := http.NewRequest(http.MethodGet, s.url+"/v1/runs", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if h != "" {
 			req.Header.Set("Authorization", h)
 		}
@@ -254,7 +260,7 @@ func TestAuth(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
-		if resp.StatusCode != 401 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		if resp.StatusCode != http.StatusUnauthorized || resp.Header.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("Authorization %q: %d", h, resp.StatusCode)
 		}
 	}
@@ -266,7 +272,7 @@ func TestAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
+	if resp.StatusCode != http.StatusOK {
 		t.Errorf("healthz without a token: %d", resp.StatusCode)
 	}
 	wrong, _ := NewClient(s.url, "nope")

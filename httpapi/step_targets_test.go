@@ -7,12 +7,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
 
 	"reprise/httpstep"
+	"reprise/store"
 )
 
 // testDNS resolves the names it holds, and no other.
@@ -85,7 +85,7 @@ func TestStepRegistrationRefusesTargets(t *testing.T) {
 func TestStepAllowList(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int64
-	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { calls.Add(1); succeed(w) })
+	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { calls.Add(1); succeed(t, w) })
 
 	allowed := newTestServer(t, Options{AllowStepHosts: []string{"127.0.0.0/8"}})
 	allowed.register(t, `{"name":"charge","kind":"http","url":"`+endpoint.URL+`/charge"}`, 201)

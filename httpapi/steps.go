@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reprise/store"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 	"reprise/httpstep"
 	"reprise/internal/redact"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // Steps registered through the API are step definitions kept in the

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"reprise"
 	"reprise/httpstep"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // openStore opens a SQLite store in the test's directory, closed when the
@@ -59,7 +59,11 @@ func newRecorder(t *testing.T, handle func(path string, n int, w http.ResponseWr
 	rec := &recorder{calls: map[string][]string{}}
 	rec.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req httpstep.Request
-		json.NewDecoder(r.Body).Decode(&req)
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("decode the step's request: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		rec.mu.Lock()
 		rec.calls[r.URL.Path] = append(rec.calls[r.URL.Path], req.RunID)
 		n := len(rec.calls[r.URL.Path])
@@ -76,14 +80,19 @@ func (rec *recorder) runs(path string) []string {
 	return append([]string(nil), rec.calls[path]...)
 }
 
-func succeed(w http.ResponseWriter) { w.Write([]byte(`{"success": true, "output": "ok"}`)) }
+// succeed answers an HTTP step's call with success.
+func succeed(t testing.TB, w http.ResponseWriter) {
+	if _, err := w.Write([]byte(`{"success": true, "output": "ok"}`)); err != nil {
+		t.Errorf("answer the step: %v", err)
+	}
+}
 
 // TestStepsSurviveARestart: steps registered through one server are in
 // the database; a server started later on it runs the runs that need them
 // without their being registered again.
 func TestStepsSurviveARestart(t *testing.T) {
 	t.Parallel()
-	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { succeed(w) })
+	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { succeed(t, w) })
 	st := openStore(t)
 	before := newServerOn(t, st, false, Options{})
 	before.register(t, `{"name":"charge","kind":"http","url":"`+endpoint.URL+`/charge","policy":"[retry: 2]"}`, 201)
@@ -129,7 +138,7 @@ func TestStepReRegistrationAppliesToStepsScheduledAfterIt(t *testing.T) {
 			http.Error(w, "not yet", http.StatusInternalServerError)
 			return
 		}
-		succeed(w)
+		succeed(t, w)
 	})
 	st := openStore(t)
 	a := newServerOn(t, st, true, Options{})
@@ -300,7 +309,7 @@ func TestStepURLSecretsNotShown(t *testing.T) {
 // schedules it under the new version once it has read the delete.
 func TestStepDeletedAndRegisteredAgainElsewhere(t *testing.T) {
 	t.Parallel()
-	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { succeed(w) })
+	endpoint := newRecorder(t, func(_ string, _ int, w http.ResponseWriter) { succeed(t, w) })
 	st := openStore(t)
 	a := newServerOn(t, st, true, Options{})
 	b := newServerOn(t, st, true, Options{})

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +17,7 @@ import (
 	"reprise"
 	"reprise/postgres"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // strictStores opens the stores the strict-input tests run on: SQLite
@@ -282,7 +283,7 @@ func TestAuthRotation(t *testing.T) {
 		"Bearer ":                      401,
 		"new-token-0123456789":         401,
 	} {
-		req := httptest.NewRequest("GET", "/v1/steps", nil)
+		req := httptest.NewRequest(http.MethodGet, "/v1/steps", nil)
 		req.Header.Set("Authorization", header)
 		w := httptest.NewRecorder()
 		s.handle.ServeHTTP(w, req)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reprise/store"
 	"strconv"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 
 	"reprise/httpstep"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // claimRequest is the body of POST /v1/tasks/claim.

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise/httpstep"
+	"reprise/store"
 )
 
 func TestSteps(t *testing.T) {
@@ -21,8 +21,14 @@ func TestSteps(t *testing.T) {
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		calls.Add(1)
 		var req httpstep.Request
-		json.NewDecoder(r.Body).Decode(&req)
-		w.Write([]byte(`{"success": true, "output": {"got": ` + string(req.Input) + `}}`))
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("decode the step's request: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if _, err := w.Write([]byte(`{"success": true, "output": {"got": ` + string(req.Input) + `}}`)); err != nil {
+			t.Errorf("answer the step: %v", err)
+		}
 	}))
 	defer endpoint.Close()
 	s := newTestServer(t, Options{})

@@ -57,7 +57,9 @@ func hang(t testing.TB, arrived chan<- struct{}, head string) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if head != "" {
 			w.Header().Set("Content-Length", "1000")
-			io.WriteString(w, head)
+			if _, err := io.WriteString(w, head); err != nil {
+				t.Errorf("write the head of the answer: %v", err)
+			}
 			w.(http.Flusher).Flush()
 		}
 		close(arrived)
@@ -131,7 +133,9 @@ func respond(status int, body string, headers ...string) http.HandlerFunc {
 			w.Header().Set(headers[i], headers[i+1])
 		}
 		w.WriteHeader(status)
-		io.WriteString(w, body)
+		// A failed write is a caller that stopped reading, which the test
+		// of that caller sees from its side.
+		_, _ = io.WriteString(w, body)
 	}
 }
 
@@ -262,8 +266,13 @@ func TestCallFinal101(t *testing.T) {
 			return
 		}
 		defer conn.Close()
-		buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: nothing\r\n\r\n")
-		buf.Flush()
+		if _, err := buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: nothing\r\n\r\n"); err != nil {
+			t.Error(err)
+			return
+		}
+		if err := buf.Flush(); err != nil {
+			t.Error(err)
+		}
 	})
 	out, err := newCaller(t, Options{}).Call(t.Context(), srv.URL, request(1))
 	want{typ: TypeInvalidResponse, message: []string{"101"}}.check(t, out, err)
@@ -399,7 +408,9 @@ func TestCallRedirects(t *testing.T) {
 					w.WriteHeader(tt.status)
 					return
 				}
-				io.WriteString(w, `"ok"`)
+				if _, err := io.WriteString(w, `"ok"`); err != nil {
+					t.Error(err)
+				}
 			})
 			c := newCaller(t, Options{MaxRedirects: tt.maxRedirects})
 			out, err := c.Call(t.Context(), srv.URL, request(1))
@@ -423,7 +434,9 @@ func TestCallResponseLimit(t *testing.T) {
 	chunked := func(body string) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			for _, part := range []string{body[:10], body[10:]} {
-				io.WriteString(w, part)
+				if _, err := io.WriteString(w, part); err != nil {
+					return // the caller stopped reading at its limit
+				}
 				w.(http.Flusher).Flush()
 			}
 		}
@@ -563,11 +576,16 @@ func TestCallTransportErrors(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				io.WriteString(conn, raw)
-				if reset {
-					conn.(*net.TCPConn).SetLinger(0)
+				defer conn.Close()
+				if _, err := io.WriteString(conn, raw); err != nil {
+					t.Error(err)
+					return
 				}
-				conn.Close()
+				if reset {
+					if err := conn.(*net.TCPConn).SetLinger(0); err != nil {
+						t.Error(err)
+					}
+				}
 			}).URL
 		}
 	}
@@ -714,7 +732,11 @@ func TestCallConcurrent(t *testing.T) {
 	t.Parallel()
 	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
 		var req Request
-		json.NewDecoder(r.Body).Decode(&req)
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("decode the request: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		fmt.Fprintf(w, `{"success": true, "output": %d}`, req.Attempt)
 	})
 	c := newCaller(t, Options{})
@@ -752,7 +774,10 @@ func TestCallReusesConnections(t *testing.T) {
 	})
 	c := newCaller(t, Options{})
 	for i := range 20 {
-		c.Call(t.Context(), srv.URL, request(i+1))
+		// Each call is one request: the first handler's is the only success.
+		if _, err := c.Call(t.Context(), srv.URL, request(i+1)); (err == nil) != (i%len(handlers) == 0) {
+			t.Errorf("call %d: error %v, want one from all but the first handler", i+1, err)
+		}
 	}
 	n := 0
 	conns.Range(func(any, any) bool { n++; return true })

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 
@@ -21,7 +20,7 @@ func ExampleCaller_Call() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
-		io.WriteString(w, `{"success": true, "output": {"charge": "ch_1"}}`)
+		fmt.Fprint(w, `{"success": true, "output": {"charge": "ch_1"}}`)
 	}))
 	defer srv.Close()
 

@@ -78,7 +78,7 @@ func parseAllowList(entries []string) (allowList, error) {
 		if strings.Contains(e, "/") {
 			p, err := netip.ParsePrefix(e)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("allowed host %q is not a CIDR: %v", raw, err))
+				errs = append(errs, fmt.Errorf("allowed host %q is not a CIDR: %w", raw, err))
 				continue
 			}
 			l.prefixes = append(l.prefixes, plainPrefix(p))

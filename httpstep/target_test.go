@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -251,15 +252,22 @@ func TestCheckTarget(t *testing.T) {
 // permanent TargetRefused, without a connection to it.
 func TestCallRefusesTargets(t *testing.T) {
 	t.Parallel()
-	var hits atomic.Int64
+	// The endpoint counts the requests of each case by its idempotency
+	// key, which a redirect keeps, so that the cases run in parallel.
+	var mu sync.Mutex
+	hits := map[string]int64{}
 	srv := serve(t, func(w http.ResponseWriter, r *http.Request) {
-		hits.Add(1)
+		mu.Lock()
+		hits[r.Header.Get("Idempotency-Key")]++
+		mu.Unlock()
 		if to := r.URL.Query().Get("to"); to != "" {
 			w.Header().Set("Location", to)
 			w.WriteHeader(http.StatusTemporaryRedirect)
 			return
 		}
-		io.WriteString(w, `"ok"`)
+		if _, err := io.WriteString(w, `"ok"`); err != nil {
+			t.Error(err)
+		}
 	})
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
 	dns := fakeDNS{
@@ -309,12 +317,17 @@ func TestCallRefusesTargets(t *testing.T) {
 		{"link-local inside a CIDR", []string{"0.0.0.0/0"}, "http://169.254.169.254/", 0,
 			want{typ: TypeTargetRefused, message: []string{"link-local"}}},
 	}
-	for _, tt := range tests {
+	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			before := hits.Load()
-			out, err := newCaller(t, Options{AllowHosts: tt.list, Resolver: dns}).Call(t.Context(), tt.url, request(1))
+			t.Parallel()
+			req := request(1)
+			req.IdempotencyKey = fmt.Sprintf("case-%d", i)
+			out, err := newCaller(t, Options{AllowHosts: tt.list, Resolver: dns}).Call(t.Context(), tt.url, req)
 			tt.want.check(t, out, err)
-			if got := hits.Load() - before; got != tt.hits {
+			mu.Lock()
+			got := hits[req.IdempotencyKey]
+			mu.Unlock()
+			if got != tt.hits {
 				t.Errorf("%d requests reached the endpoint, want %d", got, tt.hits)
 			}
 		})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"reprise/metrics"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 func TestCollectorCountsARunWithAFlakyStep(t *testing.T) {

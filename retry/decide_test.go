@@ -280,6 +280,7 @@ func TestJitterStable(t *testing.T) {
 	}
 }
 
+//nolint:paralleltest // AllocsPerRun panics in a parallel test; it counts the process's allocations
 func TestDecideAllocs(t *testing.T) {
 	p := mustParse(t, "[retry: 5, backoff: 1s, jitter: full] [NetworkError -> retry: 10] [non_retryable: (Fatal)] [deadline: 1h]")
 	f := &Failure{Attempt: 3, Types: []string{"OpError", "NetworkError"}, Key: "run/step", Elapsed: time.Minute}

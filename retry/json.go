@@ -527,7 +527,7 @@ func jsonError(err error, want string) error {
 	}
 	var se *json.SyntaxError
 	if errors.As(err, &se) {
-		return fmt.Errorf("invalid JSON at byte %d: %v", se.Offset, err)
+		return fmt.Errorf("invalid JSON at byte %d: %w", se.Offset, err)
 	}
 	return err
 }

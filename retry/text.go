@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -569,7 +570,7 @@ func isIntSyntax(s string) bool {
 
 func parseMultiplier(s string) (float64, error) {
 	m, err := strconv.ParseFloat(s, 64)
-	if err != nil && !isFloatRange(err) {
+	if err != nil && !errors.Is(err, strconv.ErrRange) {
 		return 0, fmt.Errorf("found %q, want a number ≥ 1", s)
 	}
 	switch {
@@ -579,11 +580,6 @@ func parseMultiplier(s string) (float64, error) {
 		return 0, fmt.Errorf("%s is out of range: want a finite number ≥ 1", s)
 	}
 	return m, nil
-}
-
-func isFloatRange(err error) bool {
-	ne, ok := err.(*strconv.NumError)
-	return ok && ne.Err == strconv.ErrRange
 }
 
 func parsePositiveDuration(s, key string) (time.Duration, error) {

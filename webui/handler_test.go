@@ -30,7 +30,10 @@ func TestLogin(t *testing.T) {
 	}
 	// A link followed from another site comes without the SameSite=Strict
 	// cookie: the page opens itself again, from this site.
-	req, _ := http.NewRequest(http.MethodGet, f.url+"/runs/abc", nil)
+	req, err := http.NewRequest(http.MethodGet, f.url+"/runs/abc", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	req.Header.Set("Sec-Fetch-Site", "cross-site")
 	if a := c.do(req); a.status != http.StatusOK || !strings.Contains(a.body, `http-equiv="refresh" content="0; url=/runs/abc"`) {
 		t.Errorf("a link from another site: %s; want a page that reopens /runs/abc", a)
@@ -101,7 +104,7 @@ func TestSessionForged(t *testing.T) {
 		t.Fatal(err)
 	}
 	get := func(cookie string) int {
-		req, _ := http.NewRequest(http.MethodGet, "/", nil)
+		req := httptest.NewRequest(http.MethodGet, "/", nil)
 		req.AddCookie(&http.Cookie{Name: "reprise_session", Value: cookie})
 		rec := httptest.NewRecorder()
 		ui.ServeHTTP(rec, req)
@@ -447,7 +450,10 @@ func TestLive(t *testing.T) {
 	}
 	c.login(testToken)
 	f.waitFor(t, "w-1", "RunStarted", has(store.EventRunStarted))
-	req, _ := http.NewRequest(http.MethodGet, f.url+"/runs/w-1/live?after=1", nil)
+	req, err := http.NewRequest(http.MethodGet, f.url+"/runs/w-1/live?after=1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	resp, err := c.c.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/internal/runid"
 	"reprise/store"
 )
 
@@ -26,7 +27,7 @@ func (h *Handler) live(w http.ResponseWriter, r *http.Request, id string) {
 		http.Error(w, "sign in first", http.StatusUnauthorized)
 		return
 	}
-	if err := checkRunID(id); err != nil {
+	if err := runid.Check(id); err != nil {
 		http.Error(w, fmt.Sprintf("%q is not a run id: %v", id, err), http.StatusBadRequest)
 		return
 	}

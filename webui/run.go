@@ -11,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"reprise"
+	"reprise/internal/runid"
 	"reprise/store"
 )
 
@@ -39,7 +40,7 @@ var notices = map[string]string{
 // parent's second execution): /runs/ID is the run, and /runs/ID/ACTION
 // its stream (live) and its actions.
 func (h *Handler) runGet(w http.ResponseWriter, r *http.Request) {
-	id, action := splitRunPath(r.PathValue("path"))
+	id, action := runid.Split(r.PathValue("path"), runActions...)
 	switch action {
 	case "":
 		h.showRun(w, r, id)
@@ -51,7 +52,7 @@ func (h *Handler) runGet(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) runPost(w http.ResponseWriter, r *http.Request) {
-	id, action := splitRunPath(r.PathValue("path"))
+	id, action := runid.Split(r.PathValue("path"), runActions...)
 	if action == "" || action == "live" {
 		w.Header().Set("Allow", "GET, HEAD")
 		h.fail(w, r, http.StatusMethodNotAllowed, "Method not allowed", "This page takes no POST; its actions are under it.")
@@ -60,45 +61,16 @@ func (h *Handler) runPost(w http.ResponseWriter, r *http.Request) {
 	h.doAction(w, r, id, action)
 }
 
-// splitRunPath splits the path under /runs/ into a run's id and the
-// action after it, if any.
-func splitRunPath(path string) (id, action string) {
-	i := strings.LastIndexByte(path, '/')
-	if i < 0 {
-		return path, ""
-	}
-	switch last := path[i+1:]; last {
-	case "live", "cancel", "redrive", "signal":
-		return path[:i], last
-	}
-	return path, ""
-}
-
-// checkRunID reports whether id can name a run: a run id, then for a
-// child run /N, or /eN/N, for each generation.
-func checkRunID(id string) error {
-	segs := strings.Split(id, "/")
-	if err := reprise.ValidateRunID(segs[0]); err != nil {
-		return err
-	}
-	if len(id) > 1000 {
-		return fmt.Errorf("run id has %d characters, more than a child run's id can", len(id))
-	}
-	for _, seg := range segs[1:] {
-		digits := strings.TrimPrefix(seg, "e")
-		if digits == "" || strings.Trim(digits, "0123456789") != "" {
-			return fmt.Errorf("%q is not a child run's place (a child run's id is its parent's, then /N or /eN/N)", seg)
-		}
-	}
-	return nil
-}
+// runActions are what may follow a run's id under /runs/: its stream and
+// its actions.
+var runActions = []string{"live", "cancel", "redrive", "signal"}
 
 // runPath is the path of a run's page.
 func runPath(id string) string { return "/runs/" + id }
 
 // readRun reads run id, answering a bad id (400) or none (404) itself.
 func (h *Handler) readRun(w http.ResponseWriter, r *http.Request, id string) (*store.Run, bool) {
-	if err := checkRunID(id); err != nil {
+	if err := runid.Check(id); err != nil {
 		h.fail(w, r, http.StatusBadRequest, "Bad run id", fmt.Sprintf("%q is not a run id: %v.", id, err))
 		return nil, false
 	}
@@ -228,7 +200,7 @@ func (h *Handler) doAction(w http.ResponseWriter, r *http.Request, id, action st
 	if !h.checkPost(w, r) {
 		return
 	}
-	if err := checkRunID(id); err != nil {
+	if err := runid.Check(id); err != nil {
 		h.fail(w, r, http.StatusBadRequest, "Bad run id", fmt.Sprintf("%q is not a run id: %v.", id, err))
 		return
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/internal/runid"
 	"reprise/store"
 )
 
@@ -115,7 +116,7 @@ func readListQuery(raw string, now time.Time) (listQuery, error) {
 		q.Limit = n
 	}
 	if q.Cursor != "" {
-		if err := checkRunID(q.Cursor); err != nil {
+		if err := runid.Check(q.Cursor); err != nil {
 			return q, fmt.Errorf("cursor is not a run id: %w", err)
 		}
 	}
@@ -230,7 +231,7 @@ func (h *Handler) listRuns(w http.ResponseWriter, r *http.Request) {
 
 // findRun opens the run searched for by id, or says there is none.
 func (h *Handler) findRun(w http.ResponseWriter, r *http.Request, id string, data listData) {
-	if err := checkRunID(id); err != nil {
+	if err := runid.Check(id); err != nil {
 		data.Error = fmt.Sprintf("no run can have the id %q: %v", id, err)
 		h.render(w, r, http.StatusBadRequest, "runs", "Runs", data)
 		return

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"reprise/internal/runid"
 	"reprise/store"
 )
 
@@ -252,21 +253,16 @@ func TestTimelineLayout(t *testing.T) {
 	}
 }
 
-func TestCheckRunID(t *testing.T) {
+// TestRunActions: the path under /runs/ splits into a run's id and what
+// follows it (runid's tests check the ids themselves).
+func TestRunActions(t *testing.T) {
 	t.Parallel()
-	for id, ok := range map[string]bool{
-		"order-A-1": true, "r1/2": true, "r1/e2/3": true, "r1/2/4": true,
-		"": false, "a b": false, "r1/": false, "r1/x": false, "r1/e": false, "/2": false, "r1//2": false,
-	} {
-		if err := checkRunID(id); (err == nil) != ok {
-			t.Errorf("checkRunID(%q) = %v, want ok %v", id, err, ok)
-		}
-	}
 	for path, want := range map[string][2]string{
 		"a": {"a", ""}, "a/live": {"a", "live"}, "a/2/cancel": {"a/2", "cancel"}, "a/2": {"a/2", ""}, "a/e2/3/signal": {"a/e2/3", "signal"},
+		"a/2/redrive": {"a/2", "redrive"},
 	} {
-		if id, action := splitRunPath(path); id != want[0] || action != want[1] {
-			t.Errorf("splitRunPath(%q) = %q, %q; want %q, %q", path, id, action, want[0], want[1])
+		if id, action := runid.Split(path, runActions...); id != want[0] || action != want[1] {
+			t.Errorf("runid.Split(%q) = %q, %q; want %q, %q", path, id, action, want[0], want[1])
 		}
 	}
 }

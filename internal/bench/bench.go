@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reprise/store"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -22,6 +21,7 @@ import (
 
 	"reprise"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // noop is the step of every workload: it fails its first Fail attempts with

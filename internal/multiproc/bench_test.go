@@ -3,9 +3,10 @@ package multiproc
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
-	"reprise/store"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"reprise/internal/proccpu"
 	"reprise/postgres"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // BenchmarkProcesses measures steps/s of 1, 2 and 4 engine processes on one
@@ -30,7 +32,7 @@ func BenchmarkProcesses(b *testing.B) {
 		for _, fail := range []int{0, 2} {
 			b.Run(fmt.Sprintf("procs=%d/fail=%d", procs, fail), func(b *testing.B) {
 				c := newCluster(b, dsn)
-				ctx := context.Background()
+				ctx := b.Context()
 				input := fmt.Sprintf(`{"fail":%d}`, fail)
 				// The runs are created before the clock starts, as
 				// bench/river inserts its jobs before it starts River.
@@ -97,7 +99,7 @@ func BenchmarkInProcess(b *testing.B) {
 					st, err = sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
 				case "postgres":
 					c := newCluster(b, testDSN(b))
-					st, err = postgres.Open(context.Background(), c.dsn, &postgres.Options{Schema: c.schema, NoMigrate: true, MaxConns: 10})
+					st, err = postgres.Open(b.Context(), c.dsn, &postgres.Options{Schema: c.schema, NoMigrate: true, MaxConns: 10})
 				}
 				if err != nil {
 					b.Fatal(err)
@@ -110,10 +112,15 @@ func BenchmarkInProcess(b *testing.B) {
 				if err := e.Register(bench.Definitions()...); err != nil {
 					b.Fatal(err)
 				}
-				ctx, cancel := context.WithCancel(context.Background())
+				ctx, cancel := context.WithCancel(b.Context())
 				done := make(chan error, 1)
 				go func() { done <- e.Run(ctx) }()
-				defer func() { cancel(); <-done }()
+				defer func() {
+					cancel()
+					if err := <-done; err != nil {
+						b.Errorf("engine: %v", err)
+					}
+				}()
 				b.ResetTimer()
 				res, err := bench.RunThroughput(ctx, e, b.N, 100, fail)
 				if err != nil {
@@ -151,7 +158,7 @@ func retryLateness(b *testing.B, st store.Store, prefix string, n, p int) time.D
 // lateness lists, for each retry of a run, how long after its retry_at its
 // attempt started.
 func lateness(b *testing.B, st store.Store, id string) []time.Duration {
-	events, err := st.HistoryList(context.Background(), &store.HistoryListParams{RunID: id})
+	events, err := st.HistoryList(b.Context(), &store.HistoryListParams{RunID: id})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -179,6 +186,7 @@ func percentile(d []time.Duration, p int) time.Duration {
 // TestGatedEngineWaits checks what BenchmarkProcesses's clock relies on: an
 // engine process from spawnGated claims nothing until it is let go.
 func TestGatedEngineWaits(t *testing.T) {
+	t.Parallel()
 	c := newCluster(t, testDSN(t))
 	ctx := t.Context()
 	if err := c.createRuns(ctx, "bench", "bench.one-step", 3, func(int) string { return `{"fail":0}` }); err != nil {
@@ -186,7 +194,17 @@ func TestGatedEngineWaits(t *testing.T) {
 	}
 	p := c.spawnGated("engine-0", 5*time.Second, 10)
 	c.waitReady(p)
-	time.Sleep(300 * time.Millisecond) // an engine let go finishes these in less
+	// The process echoes what its gate reads, and runs its engine only once
+	// the gate closes: when a line written now comes back, it is at the
+	// gate still, and has run nothing.
+	if _, err := io.WriteString(p.gate, "still at the gate\n"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(p.out.String(), "still at the gate"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gated engine process did not echo its gate within a minute:\n%s", p.out)
+		}
+	}
 	if n := c.finished(ctx); n != 0 {
 		t.Fatalf("%d runs finished before the engine was let go", n)
 	}

@@ -1,7 +1,6 @@
 package multiproc
 
 import (
-	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -94,7 +93,7 @@ RETURNING t.run_id`
 // on conns connections each taking batch runs at a time.
 func benchmarkFloor(b *testing.B, dsn, shape string, conns, batch int) {
 	c := newCluster(b, dsn)
-	ctx := context.Background()
+	ctx := b.Context()
 	if _, err := c.pool.Exec(ctx, "ALTER TABLE "+pgx.Identifier{c.schema}.Sanitize()+".reprise_run ADD COLUMN steps text"); err != nil {
 		b.Fatal(err)
 	}
@@ -114,12 +113,16 @@ func benchmarkFloor(b *testing.B, dsn, shape string, conns, batch int) {
 		cfg.RuntimeParams[k] = v
 	}
 	var pipes []*pgx.Conn
+	defer func() {
+		for _, conn := range pipes {
+			conn.Close(ctx)
+		}
+	}()
 	for range conns {
 		conn, err := pgx.ConnectConfig(ctx, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer conn.Close(ctx)
 		pipes = append(pipes, conn)
 	}
 	writes := []struct{ events, status, task string }{

@@ -1,15 +1,14 @@
 package multiproc
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"reprise/store"
 	"strconv"
 	"testing"
 	"time"
 
 	"reprise"
+	"reprise/store"
 )
 
 // testDSN returns the shared test server's address, or skips the test.
@@ -29,6 +28,7 @@ func testDSN(t testing.TB) string {
 // reaper fails its attempts in flight with Timeout; every run must still
 // end as its steps' fates say, with one outcome per step.
 func TestKillOneOfThree(t *testing.T) {
+	t.Parallel()
 	const runs = 1000
 	c := newCluster(t, testDSN(t))
 	ctx := t.Context()
@@ -65,6 +65,7 @@ func TestKillOneOfThree(t *testing.T) {
 // not break the tests of other packages running beside this one on the
 // shared server.
 func TestPostgresRestart(t *testing.T) {
+	t.Parallel()
 	const runs = 400
 	srv := startServer(t)
 	c := newCluster(t, srv.dsn)
@@ -104,7 +105,7 @@ func (s runStats) String() string {
 // checkRuns checks every run of the chaos workload with checkRun.
 func checkRuns(t *testing.T, c *cluster, prefix string, n int, mayTimeOut func(string) bool) runStats {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	stats := runStats{byWorker: map[string]int{}, lapses: map[string]int{}}
 	bad := 0
 	for i := range n {

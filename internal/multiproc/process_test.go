@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"reprise/store"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +22,7 @@ import (
 	"reprise/internal/bench"
 	"reprise/internal/cli"
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // Environment of an engine process (TestEngineProcess).
@@ -41,20 +41,23 @@ const (
 	// processes' postgres.Options.Writers (the default: unset).
 	envWriters = "REPRISE_MULTIPROC_WRITERS"
 	// envGate makes an engine process wait, once ready, until its
-	// standard input is closed before it runs its engine (see spawnGated).
+	// standard input is closed before it runs its engine (see spawnGated);
+	// meanwhile it echoes what it reads there.
 	envGate = "REPRISE_MULTIPROC_GATE"
 )
 
 // TestEngineProcess is an engine process: the parent test runs this test
 // binary again with envWorker set. It runs an engine with the chaos and the
 // bench workloads on the given schema until SIGTERM (or SIGKILL).
+//
+//nolint:paralleltest // the process's own: it takes the process's signals and tunes its GC
 func TestEngineProcess(t *testing.T) {
 	id := os.Getenv(envWorker)
 	if id == "" {
 		t.Skip("only runs as an engine process started by the other tests")
 	}
 	cli.TuneGC() // as the reprise command's server does
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := signal.NotifyContext(t.Context(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	ttl, err := time.ParseDuration(os.Getenv(envLeaseTTL))
 	if err != nil {
@@ -87,7 +90,7 @@ func TestEngineProcess(t *testing.T) {
 	}
 	fmt.Println("engine ready")
 	if os.Getenv(envGate) != "" {
-		if _, err := io.Copy(io.Discard, os.Stdin); err != nil { // until the parent closes it
+		if _, err := io.Copy(os.Stdout, os.Stdin); err != nil { // until the parent closes it
 			t.Fatalf("wait for the gate: %v", err)
 		}
 	}
@@ -122,7 +125,7 @@ type process struct {
 func newCluster(t testing.TB, dsn string) *cluster {
 	t.Helper()
 	schema := fmt.Sprintf("reprise_multiproc_%d", time.Now().UnixNano()%1e12)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := postgres.Migrate(ctx, dsn, &postgres.Options{Schema: schema}); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +140,8 @@ func newCluster(t testing.TB, dsn string) *cluster {
 	t.Cleanup(func() {
 		c.stopAll()
 		c.store.Close()
+		// The test's context has ended; the drop is bounded by its tries.
+		ctx := context.WithoutCancel(ctx)
 		// The server may be restarting: try a few times.
 		for range 20 {
 			_, err = c.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
@@ -204,7 +209,10 @@ func (c *cluster) launch(id string, leaseTTL time.Duration, concurrency int, gat
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
-	go func() { cmd.Wait(); close(p.done) }()
+	go func() {
+		_ = cmd.Wait() // the exit is read from cmd.ProcessState
+		close(p.done)
+	}()
 	c.mu.Lock()
 	c.procs[id] = p
 	c.mu.Unlock()
@@ -233,7 +241,9 @@ func (c *cluster) kill(id string) {
 	p := c.procs[id]
 	delete(c.procs, id)
 	c.mu.Unlock()
-	p.cmd.Process.Signal(syscall.SIGKILL)
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		c.t.Fatalf("kill engine process %s: %v\n%s", id, err, p.out)
+	}
 	<-p.done
 }
 
@@ -251,15 +261,17 @@ func (c *cluster) stopAll() {
 			continue
 		default:
 		}
-		p.cmd.Process.Signal(syscall.SIGTERM)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			c.t.Errorf("stop engine process %s: %v", p.id, err)
+		}
 	}
 	for _, p := range procs {
 		select {
 		case <-p.done:
 		case <-time.After(20 * time.Second):
-			p.cmd.Process.Signal(syscall.SIGKILL)
+			err := p.cmd.Process.Signal(syscall.SIGKILL)
 			<-p.done
-			c.t.Errorf("engine process %s did not stop on SIGTERM:\n%s", p.id, p.out)
+			c.t.Errorf("engine process %s did not stop on SIGTERM (killed: %v):\n%s", p.id, err, p.out)
 			continue
 		}
 		if !p.cmd.ProcessState.Success() {

@@ -1,7 +1,6 @@
 package multiproc
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -43,7 +42,7 @@ func startServer(t *testing.T) *server {
 		t.Skip("no initdb (PostgreSQL's server programs) found: cannot start a server to restart")
 	}
 	s := &server{pgctl: filepath.Join(filepath.Dir(initdb), "pg_ctl")}
-	dir, err := os.MkdirTemp("", "reprise-multiproc-pg-")
+	dir, err := os.MkdirTemp("", "reprise-multiproc-pg-") //nolint:usetesting // t.TempDir's parent is 0700, closed to the postgres user a root test runs the server as
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +79,11 @@ func startServer(t *testing.T) *server {
 		}
 	})
 	s.dsn = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
-	conn, err := pgx.Connect(context.Background(), s.dsn)
+	conn, err := pgx.Connect(t.Context(), s.dsn)
 	if err != nil {
 		t.Fatalf("connect to the test's server: %v", err)
 	}
-	conn.Close(context.Background())
+	conn.Close(t.Context())
 	return s
 }
 

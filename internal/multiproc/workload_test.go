@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"reprise/store"
 	"time"
 
 	"reprise"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // The chaos workload: a run calls chaosSteps steps one after the other and
