@@ -1,6 +1,7 @@
-// Package reprisetest runs workflows in tests on a real embedded store and a
-// fake clock that jumps ahead whenever the engine is idle, so a test of a
-// policy with hour-long backoffs takes milliseconds and sleeps never.
+// Package reprisetest runs workflows in tests on a real embedded store
+// (SQLite, or the in-memory reference store) and a fake clock that jumps
+// ahead whenever the engine is idle, so a test of a policy with hour-long
+// backoffs takes milliseconds and sleeps never.
 package reprisetest
 
 import (
@@ -9,30 +10,32 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"testing"
 	"time"
 
 	"reprise"
+	"reprise/memory"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // Start is where every Env's clock starts.
 var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// An Env is an engine running on SQLite in a temporary directory with a
-// fake clock. It stops when the test ends.
+// An Env is an engine running with a fake clock on a store of its own:
+// SQLite in a temporary directory (New), or memory (NewMemory). It stops
+// when the test ends.
 type Env struct {
 	Engine *reprise.Engine
 	Clock  *reprise.FakeClock
-	Store  *sqlite.Store
+	Store  store.Store
 	t      testing.TB
 	stop   func()
 }
 
-// New starts an engine with the given definitions. cfg may be nil; its
-// Store and Clock are set by New.
+// New starts an engine with the given definitions, on SQLite. cfg may be
+// nil; its Store and Clock are set by New.
 func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
 	clock := reprise.NewFakeClock(Start)
@@ -40,6 +43,21 @@ func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
+	return newEnv(t, cfg, defs, clock, st)
+}
+
+// NewMemory is New on the in-memory reference store (package memory)
+// instead of SQLite: nothing goes to disk, and each step costs less.
+func NewMemory(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
+	t.Helper()
+	clock := reprise.NewFakeClock(Start)
+	return newEnv(t, cfg, defs, clock, memory.New(memory.Options{Now: clock.Now}))
+}
+
+// newEnv starts an engine on st, whose clock is clock, and stops it, and
+// closes st, when the test ends.
+func newEnv(t testing.TB, cfg *reprise.Config, defs []reprise.Definition, clock *reprise.FakeClock, st store.Store) *Env {
+	t.Helper()
 	env := &Env{Clock: clock, Store: st, t: t}
 	env.start(cfg, defs)
 	t.Cleanup(func() {

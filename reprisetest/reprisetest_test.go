@@ -2,11 +2,13 @@ package reprisetest_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"reprise"
 	"reprise/reprisetest"
+	"reprise/store"
 )
 
 // TestWaitFailsAtOnceOnAStepNothingRegistered: a run that needs a step no
@@ -46,5 +48,37 @@ func TestWaitFailsAtOnceOnAStepNothingRegistered(t *testing.T) {
 		if d := time.Since(began); d > 20*time.Second {
 			t.Errorf("WaitErr(%s) took %v", c.id, d)
 		}
+	}
+}
+
+// TestNewMemory: an Env on the memory store runs a workflow to its end as
+// one on SQLite does, the clock skipping the retries' backoffs.
+func TestNewMemory(t *testing.T) {
+	t.Parallel()
+	flaky := reprise.NewStep("flaky", func(ctx context.Context, n int) (int, error) {
+		if info, _ := reprise.StepInfoFrom(ctx); info.Attempt < 3 {
+			return 0, errors.New("not yet")
+		}
+		return 2 * n, nil
+	}, reprise.WithPolicyText("[retry: 5, backoff: 1h]"))
+	double := reprise.NewWorkflow("double", func(ctx context.Context, n int) (int, error) {
+		return reprise.Step(ctx, flaky, n)
+	})
+	env := reprisetest.NewMemory(t, nil, double, flaky)
+	if _, err := double.Start(t.Context(), env.Engine, 21, reprise.WithRunID("double-1")); err != nil {
+		t.Fatal(err)
+	}
+	run := env.Wait("double-1")
+	if run.Status != store.RunCompleted || string(run.Output) != "42" {
+		t.Fatalf("run = %+v, want completed with 42", run)
+	}
+	started := 0
+	for _, e := range env.History("double-1") {
+		if e.Type == store.EventAttemptStarted {
+			started++
+		}
+	}
+	if started != 3 || !env.Clock.Now().After(reprisetest.Start) {
+		t.Fatalf("%d attempts started by %v, want 3 after %v", started, env.Clock.Now(), reprisetest.Start)
 	}
 }
