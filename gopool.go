@@ -6,12 +6,11 @@ import "time"
 // after each one, so that a function usually starts on a stack that the
 // ones before it have grown. A fresh goroutine's stack is small; growing it
 // (copying it, more than once) to decode a step's JSON input took longer
-// than the decoding, a tenth of the engine's own CPU per one-step run.
+// than the decoding.
 //
 // The collector halves the stack of a goroutine that uses less than a
 // quarter of it, which an idle one would: each cycle shrank the idle
-// goroutines' stacks and the next functions grew them again (copying
-// stacks was 4 % of the engine's CPU in the PostgreSQL benchmark). So a
+// goroutines' stacks and the next functions grew them again. So a
 // goroutine of the pool holds a frame of a quarter of keptStack, and the
 // collector leaves a stack of up to keptStack alone.
 type gopool struct {

@@ -1,10 +1,10 @@
 package reprise
 
 import (
-	"reprise/store"
 	"time"
 
 	"reprise/retry"
+	"reprise/store"
 )
 
 // An Observer hears what the engine decides, as it decides it: attempts

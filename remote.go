@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reprise/store"
 
 	"reprise/retry"
+	"reprise/store"
 )
 
 // Remote steps run outside this engine: pull workers in any language claim
@@ -105,7 +105,7 @@ func (e *Engine) FailTask(ctx context.Context, taskID, token int64, err error) e
 	if perr != nil {
 		err = retry.Permanent(perr)
 	}
-	p := e.failParams(t, err, pol, false)
+	p := e.decide(t, err, pol, false)
 	o, serr := e.store.TaskFail(ctx, p)
 	if serr != nil {
 		if errors.Is(serr, ErrLeaseLost) {

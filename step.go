@@ -140,12 +140,6 @@ type stepConfig struct {
 	nextDelay   func(attempt int, err error) (time.Duration, bool)
 }
 
-// The rules recorded in AttemptFailed when a step's own hooks decided.
-const (
-	RuleRetryIf   = "retry_if predicate"
-	RuleNextDelay = "then next_delay hook"
-)
-
 // WithRetryIf gives a step a predicate that decides whether an error may
 // be retried at all: false stops the step as permanent (the history says
 // the predicate decided); true leaves how often and how long to the
@@ -222,24 +216,6 @@ func WithConcurrency(n int) StepOption {
 		c.concurrency = n
 		return nil
 	}
-}
-
-// compiledPolicy is a policy with the forms the store keeps, computed once.
-type compiledPolicy struct {
-	policy retry.Policy
-	text   string
-	json   json.RawMessage
-}
-
-func compilePolicy(p retry.Policy) (*compiledPolicy, error) {
-	if err := p.Validate(); err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
-	}
-	return &compiledPolicy{policy: p, text: p.String(), json: b}, nil
 }
 
 // StepInfo describes the attempt a step function is running.

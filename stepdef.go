@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reprise/store"
 
 	"reprise/retry"
+	"reprise/store"
 )
 
 // Step definitions are steps defined as data instead of code: a name, a
@@ -174,7 +174,7 @@ func (e *Engine) currentDefinition(ctx context.Context, s *stepEntry) *stepEntry
 		e.mu.Unlock()
 		return nil
 	case err != nil:
-		if ctx.Err() == nil { // else the runner is stopping, and writes nothing
+		if ctx.Err() == nil { // else the replayer is stopping, and writes nothing
 			e.log.Warn("read step definition; scheduling under the version registered", "step", s.name,
 				"version", s.stored.version, "err", err)
 		}

@@ -3,8 +3,9 @@ package reprise
 import (
 	"context"
 	"fmt"
-	"reprise/store"
 	"time"
+
+	"reprise/store"
 )
 
 // The reasons a Waiting gives. An engine knows only the steps registered

@@ -119,7 +119,7 @@ type Future[O any] struct {
 func (f *Future[O]) Get(ctx context.Context) (O, error) {
 	var out O
 	if f.f.err == nil {
-		mustRunner(ctx, "Future.Get").await(f.f)
+		mustReplayer(ctx, "Future.Get").await(f.f)
 	}
 	if f.f.err != nil {
 		return out, f.f.err
@@ -157,7 +157,7 @@ func Call[O any](ctx context.Context, name string, in any, opts ...StepOption) (
 
 // GoCall is Go for a step known by name.
 func GoCall[O any](ctx context.Context, name string, in any, opts ...StepOption) *Future[O] {
-	r := mustRunner(ctx, "Go")
+	r := mustReplayer(ctx, "Go")
 	input, err := json.Marshal(in)
 	if err != nil {
 		return &Future[O]{f: &future{done: true, err: fmt.Errorf("encode input of step %s: %w", name, err)}}
@@ -168,7 +168,7 @@ func GoCall[O any](ctx context.Context, name string, in any, opts ...StepOption)
 // After returns a future that resolves once d has passed, by a durable
 // timer: it survives restarts.
 func After(ctx context.Context, d time.Duration) *Future[struct{}] {
-	return &Future[struct{}]{f: mustRunner(ctx, "After").scheduleTimer(d)}
+	return &Future[struct{}]{f: mustReplayer(ctx, "After").scheduleTimer(d)}
 }
 
 // Sleep waits d by a durable timer.
@@ -181,7 +181,7 @@ func Sleep(ctx context.Context, d time.Duration) error {
 // several have one, the first recorded in the history wins, so a replay
 // picks the same winner.
 func Select(ctx context.Context, fs ...Awaitable) int {
-	r := mustRunner(ctx, "Select")
+	r := mustReplayer(ctx, "Select")
 	list := make([]*future, len(fs))
 	for i, f := range fs {
 		list[i] = f.future()
@@ -192,8 +192,8 @@ func Select(ctx context.Context, fs ...Awaitable) int {
 // Now returns the workflow's time: the time of the latest history event it
 // has consumed. It is the same on every replay.
 func Now(ctx context.Context) time.Time {
-	r := mustRunner(ctx, "Now")
-	if r.birth != nil || len(r.unrecorded) > 0 {
+	r := mustReplayer(ctx, "Now")
+	if r.eager != nil || len(r.unrecorded) > 0 {
 		// The run's start and a handed result's time are the store's,
 		// known once they are recorded.
 		r.flush()
@@ -203,23 +203,23 @@ func Now(ctx context.Context) time.Time {
 
 // RunID returns the id of the run a workflow context belongs to.
 func RunID(ctx context.Context) string {
-	return mustRunner(ctx, "RunID").id
+	return mustReplayer(ctx, "RunID").id
 }
 
-type runnerKey struct{}
+type replayerKey struct{}
 
-func mustRunner(ctx context.Context, op string) *runner {
-	r, ok := ctx.Value(runnerKey{}).(*runner)
+func mustReplayer(ctx context.Context, op string) *replayer {
+	r, ok := ctx.Value(replayerKey{}).(*replayer)
 	if !ok {
 		panic("reprise." + op + " called outside a workflow")
 	}
 	return r
 }
 
-// continueAsNew is the error a workflow returns to continue as new.
-type continueAsNew struct{ input json.RawMessage }
+// continueAsNewError is the error a workflow returns to continue as new.
+type continueAsNewError struct{ input json.RawMessage }
 
-func (c *continueAsNew) Error() string { return "continue as new" }
+func (c *continueAsNewError) Error() string { return "continue as new" }
 
 // ContinueAsNew ends the run's current execution and starts a new one,
 // under the same run id, with input and an empty history: a long-lived
@@ -230,12 +230,12 @@ func (c *continueAsNew) Error() string { return "continue as new" }
 // Results and timers that belong to the old execution never reach the new
 // one.
 func ContinueAsNew(ctx context.Context, input any) error {
-	mustRunner(ctx, "ContinueAsNew")
+	mustReplayer(ctx, "ContinueAsNew")
 	b, err := json.Marshal(input)
 	if err != nil {
 		return fmt.Errorf("continue as new: encode input: %w", err)
 	}
-	return &continueAsNew{input: b}
+	return &continueAsNewError{input: b}
 }
 
 // Version lets workflow code change while runs started under the old code
@@ -251,7 +251,7 @@ func Version(ctx context.Context, change string, minV, maxV int) int {
 	if minV > maxV {
 		panic(fmt.Sprintf("reprise.Version(%q): min %d > max %d", change, minV, maxV))
 	}
-	return mustRunner(ctx, "Version").version(change, minV, maxV)
+	return mustReplayer(ctx, "Version").version(change, minV, maxV)
 }
 
 // DefaultVersion is the version of code written before a change.
@@ -262,7 +262,7 @@ const DefaultVersion = -1
 // in order. Use Select with After for a wait with a timeout. A wait is not
 // a step: it is never retried.
 func WaitSignal[T any](ctx context.Context, name string) *Future[T] {
-	return &Future[T]{f: mustRunner(ctx, "WaitSignal").waitSignal(name)}
+	return &Future[T]{f: mustReplayer(ctx, "WaitSignal").waitSignal(name)}
 }
 
 // Child starts a run of wf as a child of this one and returns a future of
@@ -270,7 +270,7 @@ func WaitSignal[T any](ctx context.Context, name string) *Future[T] {
 // Cancelling the parent cancels its children. The child runs once; use
 // ChildRun for a child retried by a policy.
 func Child[I, O any](ctx context.Context, wf *WorkflowDef[I, O], in I) *Future[O] {
-	r := mustRunner(ctx, "Child")
+	r := mustReplayer(ctx, "Child")
 	input, err := json.Marshal(in)
 	if err != nil {
 		return &Future[O]{f: &future{done: true, err: fmt.Errorf("encode input of child %s: %w", wf.name, err)}}

@@ -9,7 +9,7 @@ import (
 // may have to act on, and by a push without events, but not by attempts
 // started and failed alone, which wait in its inbox.
 func TestPushWakesForWhatSettles(t *testing.T) {
-	r := &runner{e: &Engine{}, wake: make(chan struct{}, 1), seen: 1} // RunStarted
+	r := &replayer{e: &Engine{}, wake: make(chan struct{}, 1), seen: 1} // RunStarted
 	woken := func() bool {
 		select {
 		case <-r.wake:

@@ -1,0 +1,189 @@
+package reprise
+
+import (
+	"context"
+	"time"
+
+	"reprise/store"
+)
+
+// kick wakes the dispatcher: tasks or timers may be due. A kick not yet
+// taken counts as busy; the dispatcher inherits the count.
+func (e *Engine) kick() {
+	e.busy.Add(1)
+	select {
+	case e.kickc <- struct{}{}:
+	default:
+		e.busy.Add(-1)
+	}
+}
+
+// dispatch is the engine's one scheduling loop. It claims ready tasks of
+// the steps this engine runs while it has room, fires due timers and fails
+// attempts whose lease lapsed, then sleeps until the store's next due time
+// or a kick. No fixed polling interval: a backoff ends when its timer fires.
+func (e *Engine) dispatch(ctx context.Context) {
+	t := e.clock.NewTimer(time.Hour)
+	defer t.Stop()
+	var wake store.Wake
+	kicked := true
+	for {
+		e.busy.Add(1)
+		now := e.clock.Now()
+		if kicked {
+			// Something may be due that the last read did not show: read
+			// before writes that would hold the write lock for nothing.
+			wake = e.nextWake(ctx, now)
+		}
+		claimed, acted := false, false
+		if due(wake.Timer, now) {
+			e.fireTimers(ctx)
+			acted = true
+		}
+		if due(wake.Lease, now) {
+			e.reap(ctx)
+			acted = true
+		}
+		if due(wake.Task, now) {
+			claimed = e.claimTasks(ctx)
+			acted = true
+		}
+		if acted || !kicked {
+			wake = e.nextWake(ctx, now)
+		}
+		kicked = false
+		next := earliest(wake.Timer, wake.Lease)
+		if e.hasRoom() {
+			next = earliest(next, wake.Task)
+		}
+		if claimed || (!next.IsZero() && !next.After(e.clock.Now())) {
+			e.busy.Add(-1)
+			if ctx.Err() != nil {
+				return
+			}
+			continue
+		}
+		if next.IsZero() {
+			next = e.clock.Now().Add(e.cfg.PollInterval)
+		}
+		if !t.Stop() {
+			select {
+			case <-t.C():
+			default:
+			}
+		}
+		resetAt(t, next, e.clock)
+		e.wakeAt.Store(next.UnixNano())
+		e.busy.Add(-1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kickc:
+			kicked = true
+			e.busy.Add(-1) // the kick's count; the loop adds its own
+		case <-t.C():
+		}
+		e.wakeAt.Store(0)
+	}
+}
+
+// nextWake asks the store when something next becomes due; on an error,
+// it says to look again after the poll interval.
+func (e *Engine) nextWake(ctx context.Context, now time.Time) store.Wake {
+	wake, err := e.store.NextWake(ctx, &store.NextWakeParams{Steps: e.localSteps()})
+	if err != nil && ctx.Err() == nil {
+		e.log.Warn("next wake", "err", err)
+		return store.Wake{Task: now.Add(e.cfg.PollInterval)}
+	}
+	return wake
+}
+
+func due(at, now time.Time) bool { return !at.IsZero() && !at.After(now) }
+
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
+// watch makes sure the dispatcher looks at the store by a time something
+// written becomes due (a lease lapses, a retry is ready): it kicks the
+// dispatcher unless it sleeps until no later than that. A dispatcher that
+// is awake may have read the store before the write, so it is kicked too.
+func (e *Engine) watch(due time.Time) {
+	if at := e.wakeAt.Load(); at == 0 || due.UnixNano() < at {
+		e.kick()
+	}
+}
+
+// LocalSteps returns the names of the steps this engine runs itself.
+func (e *Engine) LocalSteps() []string { return e.localSteps() }
+
+func (e *Engine) localSteps() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.steps))
+	for name := range e.steps {
+		names = append(names, name)
+	}
+	return names
+}
+
+// claimTasks claims as many ready tasks as there is room for and starts
+// their attempts. It reports whether it filled its quota, so that the
+// caller looks again at once.
+func (e *Engine) claimTasks(ctx context.Context) bool {
+	e.mu.Lock()
+	free := e.roomLocked()
+	var quotas []store.StepQuota
+	if free > 0 {
+		for name, s := range e.steps {
+			q := free
+			if n := e.stepRoomLocked(s); n >= 0 {
+				q = min(q, n)
+			}
+			if q > 0 {
+				quotas = append(quotas, store.StepQuota{Name: name, Limit: q})
+			}
+		}
+	}
+	e.mu.Unlock()
+	if len(quotas) == 0 {
+		return false
+	}
+	tasks, err := e.store.TaskClaim(ctx, &store.TaskClaimParams{Owner: e.id, Steps: quotas, Limit: free, LeaseTTL: e.cfg.LeaseTTL})
+	e.startAttempts(tasks, nil)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("claim tasks", "err", err)
+		}
+		return false
+	}
+	want := 0
+	for _, q := range quotas {
+		want += q.Limit
+	}
+	return len(tasks) > 0 && len(tasks) >= min(want, free)
+}
+
+// fireTimers fires due timers and tells their runs.
+func (e *Engine) fireTimers(ctx context.Context) {
+	for {
+		const batch = 500
+		outs, err := e.store.TimerFire(ctx, &store.TimerFireParams{Limit: batch})
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.Warn("fire timers", "err", err)
+			}
+			return
+		}
+		for _, o := range outs {
+			e.deliver(o)
+		}
+		e.act.Add(int64(len(outs)))
+		if len(outs) < batch {
+			return
+		}
+	}
+}
