@@ -87,7 +87,10 @@ func TestCrashChild(t *testing.T) {
 		t.Skip("only runs as the child of a crash test")
 	}
 	db, effects := os.Getenv("REPRISE_CRASH_DB"), os.Getenv("REPRISE_CRASH_EFFECTS")
-	runs, _ := strconv.Atoi(os.Getenv("REPRISE_CRASH_RUNS"))
+	runs, err := strconv.Atoi(os.Getenv("REPRISE_CRASH_RUNS"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, err := sqlite.Open(db, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package reprise_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"reprise/store"
 	"strings"
 	"sync"
@@ -97,7 +99,10 @@ func TestStepErrorIsHandledByWorkflow(t *testing.T) {
 		return reprise.Step(ctx, refund, "card")
 	})
 	env := reprisetest.New(t, nil, wf, charge, refund)
-	h, _ := wf.Start(t.Context(), env.Engine, "x")
+	h, err := wf.Start(t.Context(), env.Engine, "x")
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(h.ID)
 	got, err := h.Result(t.Context())
 	if err != nil || got != "compensated" {
@@ -122,7 +127,10 @@ func TestPanicsAreFailures(t *testing.T) {
 		panic("workflow exploded after " + string(rune('0'+n)))
 	})
 	env := reprisetest.New(t, nil, wf, boom)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := env.Wait(h.ID)
 	if run.Status != reprise.RunFailed || run.Error == nil || run.Error.Type != reprise.TypePanic || !strings.Contains(run.Error.Message, "workflow exploded") {
 		t.Fatalf("run = %+v %+v, want failed with a Panic", run, run.Error)
@@ -164,6 +172,51 @@ func TestIdempotentStart(t *testing.T) {
 	}
 }
 
+// TestWaitGivesTheStoredRun: a run this engine executes hands its waiters
+// its end state from memory; it must be what the store holds.
+func TestWaitGivesTheStoredRun(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	echo := reprise.NewStep("echo", func(ctx context.Context, s string) (string, error) {
+		<-release
+		return s, nil
+	})
+	wf := reprise.NewWorkflow("wait-state", func(ctx context.Context, s string) (string, error) {
+		out, err := reprise.Step(ctx, echo, s)
+		if s == "fail" {
+			return "", errors.New("told to fail")
+		}
+		return out + "!", err
+	})
+	env := reprisetest.New(t, nil, wf, echo)
+	for _, in := range []string{"ok", "fail"} {
+		h, err := wf.Start(t.Context(), env.Engine, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Wait while the run is resident (its step is held), so that the
+		// end state comes from memory.
+		waited := make(chan *reprise.Run, 1)
+		go func() {
+			run, err := env.Engine.Wait(t.Context(), h.ID)
+			if err != nil {
+				t.Error(err)
+			}
+			waited <- run
+		}()
+		waitFor(t, func() bool { return env.Engine.Waiters(h.ID) == 1 })
+		release <- struct{}{}
+		got := <-waited
+		want, err := env.Engine.GetRun(t.Context(), h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: Wait gave\n%+v\nthe store has\n%+v", in, got, want)
+		}
+	}
+}
+
 func TestCancelDuringBackoff(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
@@ -173,12 +226,15 @@ func TestCancelDuringBackoff(t *testing.T) {
 	}, reprise.WithPolicyText("[retry: 3, backoff: 1h]"))
 	wf := reprise.NewWorkflow("cancel-me", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, step, 0) })
 	env := reprisetest.New(t, nil, wf, step)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
 	if err := env.Engine.Cancel(t.Context(), h.ID, "user asked"); err != nil {
 		t.Fatal(err)
 	}
-	env.Clock.Advance(2 * time.Hour)
+	env.Clock.Advance(2 * time.Hour) // past the retry's time
 	run := env.Wait(h.ID)
 	if run.Status != reprise.RunCancelled {
 		t.Fatalf("status %s", run.Status)
@@ -186,7 +242,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 	if _, err := h.Result(t.Context()); !errors.Is(err, reprise.ErrCancelled) {
 		t.Errorf("Result err = %v, want ErrCancelled", err)
 	}
-	time.Sleep(20 * time.Millisecond) // let a wrongly kept task be claimed
+	settle(t, env) // a wrongly kept task, due since the clock passed its time, is claimed and run by now
 	if calls.Load() != 1 {
 		t.Errorf("step ran %d times after cancel, want 1", calls.Load())
 	}
@@ -220,6 +276,29 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
+// settle waits, without moving the clock, until the engine is idle: none
+// of its goroutines at work, no timer that fired unanswered, and no
+// progress over a number of polls (reprisetest's Wait moves the clock on
+// the same signs). Whatever the engine does at the clock's time is done
+// then: a test checks after it that something did not happen.
+func settle(t *testing.T, env *reprisetest.Env) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	var last int64 = -1
+	for stable := 0; stable < 40; time.Sleep(500 * time.Microsecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the engine was not idle within 30s")
+		}
+		busy, _, progress := env.Engine.Activity()
+		if busy == 0 && env.Clock.Pending() == 0 && progress == last {
+			stable++
+		} else {
+			stable = 0
+		}
+		last = progress
+	}
+}
+
 func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
@@ -234,7 +313,10 @@ func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 	}, reprise.WithPolicyText("[retry: 1, backoff: 1s] [timeout: 10s]"))
 	wf := reprise.NewWorkflow("late", func(ctx context.Context, _ int) (string, error) { return reprise.Step(ctx, stubborn, 0) })
 	env := reprisetest.New(t, nil, wf, stubborn)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool { return calls.Load() == 1 })
 	env.Clock.Advance(10 * time.Second) // the attempt's timeout: context cancelled, lease lapses
 	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
@@ -258,6 +340,66 @@ func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 	}
 }
 
+// TestHandedResultRefusedReplays: a result handed to the waiting workflow
+// is recorded with its next advance; if its lease lapsed meanwhile (the
+// workflow's code held on too long), the store refuses it, the attempt
+// is retried, and the workflow replays from the history, where the result
+// that counts is the retry's.
+func TestHandedResultRefusedReplays(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	var engine atomic.Pointer[reprise.Engine]
+	step := reprise.NewStep("handed", func(ctx context.Context, _ int) (string, error) {
+		n := calls.Add(1)
+		if n == 1 {
+			// The first result is handed over: it waits for the workflow to
+			// block on it, when nothing but this step is at work.
+			for ctx.Err() == nil {
+				if busy, _, _ := engine.Load().Activity(); busy == 0 {
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+		return fmt.Sprintf("v%d", n), nil
+	}, reprise.WithPolicyText("[retry: 3, backoff: 1s] [timeout: 10s]"))
+	hold := make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	var held atomic.Bool
+	wf := reprise.NewWorkflow("handed-late", func(ctx context.Context, _ int) (string, error) {
+		v, err := reprise.Step(ctx, step, 0)
+		if err == nil && held.CompareAndSwap(false, true) {
+			<-hold // not durable: only to outlast the lease
+		}
+		return v, err
+	})
+	env := reprisetest.New(t, nil, wf, step)
+	engine.Store(env.Engine)
+	t.Cleanup(release) // before the engine stops, should the test fail
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return held.Load() })
+	if n := countEvents(env.History(h.ID), store.EventStepCompleted); n != 0 {
+		t.Fatalf("%d StepCompleted before the workflow's next advance, want the result handed over unrecorded", n)
+	}
+	env.Clock.Advance(time.Minute) // the first attempt's lease lapses: Timeout, retried
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
+	env.Clock.Advance(time.Second) // the retry's backoff; the held workflow keeps the clock from moving
+	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventStepCompleted) == 1 })
+	release()
+	run := env.Wait(h.ID)
+	if string(run.Output) != `"v2"` {
+		t.Errorf("output %s, want the recorded retry's \"v2\"", run.Output)
+	}
+	for _, ev := range env.History(h.ID) {
+		if ev.Type == store.EventStepCompleted && ev.Attempt != 2 {
+			t.Errorf("StepCompleted by attempt %d, want 2", ev.Attempt)
+		}
+	}
+}
+
 func TestNondeterminismFailsTheRun(t *testing.T) {
 	t.Parallel()
 	a := reprise.NewStep("a", func(ctx context.Context, _ int) (int, error) { return 1, nil })
@@ -270,7 +412,10 @@ func TestNondeterminismFailsTheRun(t *testing.T) {
 		return reprise.Step(ctx, gate, 0)
 	})
 	env := reprisetest.New(t, nil, v1, a, b, gate)
-	h, _ := v1.Start(t.Context(), env.Engine, 0)
+	h, err := v1.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
 
 	// A new engine with changed code replays the run from its history.

@@ -16,7 +16,10 @@ import (
 
 // startExample runs an engine on a fresh SQLite file until stop is called.
 func startExample(defs ...reprise.Definition) (e *reprise.Engine, stop func()) {
-	dir, _ := os.MkdirTemp("", "reprise-example-")
+	dir, err := os.MkdirTemp("", "reprise-example-")
+	if err != nil {
+		panic(err)
+	}
 	st, err := sqlite.Open(filepath.Join(dir, "example.db"), nil)
 	if err != nil {
 		panic(err)
@@ -66,7 +69,10 @@ func ExampleSelect() {
 	})
 	e, stop := startExample(wf, slow)
 	defer stop()
-	out, _ := wf.Run(context.Background(), e, 0)
+	out, err := wf.Run(context.Background(), e, 0)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(out)
 	// Output: gave up waiting
 }
@@ -78,9 +84,17 @@ func ExampleWaitSignal() {
 	e, stop := startExample(wf)
 	defer stop()
 	ctx := context.Background()
-	h, _ := wf.Start(ctx, e, 0)
-	e.Signal(ctx, h.ID, "approved-by", "alice")
-	out, _ := h.Result(ctx)
+	h, err := wf.Start(ctx, e, 0)
+	if err != nil {
+		panic(err)
+	}
+	if err := e.Signal(ctx, h.ID, "approved-by", "alice"); err != nil {
+		panic(err)
+	}
+	out, err := h.Result(ctx)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(out)
 	// Output: alice
 }
@@ -96,9 +110,18 @@ func ExampleContinueAsNew() {
 	e, stop := startExample(wf)
 	defer stop()
 	ctx := context.Background()
-	h, _ := wf.Start(ctx, e, 0)
-	out, _ := h.Result(ctx)
-	run, _ := e.GetRun(ctx, h.ID)
+	h, err := wf.Start(ctx, e, 0)
+	if err != nil {
+		panic(err)
+	}
+	out, err := h.Result(ctx)
+	if err != nil {
+		panic(err)
+	}
+	run, err := e.GetRun(ctx, h.ID)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(out, run.Execution)
 	// Output: 3 4
 }
@@ -134,7 +157,10 @@ func ExampleVersion() {
 	})
 	e, stop := startExample(wf, audit)
 	defer stop()
-	out, _ := wf.Run(context.Background(), e, 0)
+	out, err := wf.Run(context.Background(), e, 0)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(out)
 	// Output: audited
 }
@@ -153,12 +179,20 @@ func ExampleEngine_Redrive() {
 	e, stop := startExample(wf, step)
 	defer stop()
 	ctx := context.Background()
-	h, _ := wf.Start(ctx, e, 0)
-	_, err := h.Result(ctx)
+	h, err := wf.Start(ctx, e, 0)
+	if err != nil {
+		panic(err)
+	}
+	_, err = h.Result(ctx)
 	fmt.Println("first:", err != nil)
 	fixed = true // the cause is fixed and deployed
-	e.Redrive(ctx, h.ID, "ops@example.com")
-	out, _ := h.Result(ctx)
+	if err := e.Redrive(ctx, h.ID, "ops@example.com"); err != nil {
+		panic(err)
+	}
+	out, err := h.Result(ctx)
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println("after redrive:", out)
 	// Output:
 	// first: true
@@ -188,7 +222,10 @@ func ExampleSaga() {
 	})
 	e, stop := startExample(wf, reserve, release, ship)
 	defer stop()
-	out, _ := wf.Run(context.Background(), e, "lamp")
+	out, err := wf.Run(context.Background(), e, "lamp")
+	if err != nil {
+		panic(err)
+	}
 	fmt.Println(out)
 	// Output:
 	// released res-lamp
@@ -210,9 +247,15 @@ func ExampleWithRetryIf() {
 	e, stop := startExample(wf, call)
 	defer stop()
 	ctx := context.Background()
-	h, _ := wf.Start(ctx, e, "hello")
-	h.Result(ctx)
-	events, _ := e.History(ctx, h.ID)
+	h, err := wf.Start(ctx, e, "hello")
+	if err != nil {
+		panic(err)
+	}
+	h.Result(ctx) //nolint:errcheck // it fails: its history says how
+	events, err := e.History(ctx, h.ID)
+	if err != nil {
+		panic(err)
+	}
 	for _, ev := range events {
 		if ev.Type == store.EventAttemptFailed {
 			fmt.Printf("attempt %d: %s, decided by the %s\n", ev.Attempt, ev.Reason, ev.Rule)
@@ -222,34 +265,59 @@ func ExampleWithRetryIf() {
 }
 
 func ExampleConfig_poisonAfter() {
-	dir, _ := os.MkdirTemp("", "reprise-example-")
+	dir, err := os.MkdirTemp("", "reprise-example-")
+	if err != nil {
+		panic(err)
+	}
 	defer os.RemoveAll(dir)
-	st, _ := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	st, err := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	if err != nil {
+		panic(err)
+	}
 	defer st.Close()
 	// Every lease of the remote step lapses: its worker dies each time.
-	e, _ := reprise.New(reprise.Config{Store: st, LeaseTTL: 20 * time.Millisecond, PoisonAfter: 2})
+	e, err := reprise.New(reprise.Config{Store: st, LeaseTTL: 20 * time.Millisecond, PoisonAfter: 2})
+	if err != nil {
+		panic(err)
+	}
 	wf := reprise.NewWorkflow("render", func(ctx context.Context, _ int) (string, error) {
 		return reprise.Call[string](ctx, "render.pdf", 0)
 	})
-	e.Register(wf)
+	if err := e.Register(wf); err != nil {
+		panic(err)
+	}
 	unlimited := retry.Attempts(retry.Unlimited, retry.None)
-	e.RegisterRemoteStep("render.pdf", &unlimited)
+	if err := e.RegisterRemoteStep("render.pdf", &unlimited); err != nil {
+		panic(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 
-	h, _ := wf.Start(ctx, e, 0)
+	h, err := wf.Start(ctx, e, 0)
+	if err != nil {
+		panic(err)
+	}
 	go func() { // a worker that claims and dies, again and again
-		for ctx.Err() == nil {
-			e.ClaimTasks(ctx, "crashing-worker", []string{"render.pdf"}, 1)
-			time.Sleep(5 * time.Millisecond)
+		poll := time.NewTicker(5 * time.Millisecond)
+		defer poll.Stop()
+		for {
+			e.ClaimTasks(ctx, "crashing-worker", []string{"render.pdf"}, 1) //nolint:errcheck // it dies with what it claimed
+			select {
+			case <-ctx.Done():
+				return
+			case <-poll.C:
+			}
 		}
 	}()
-	_, err := h.Result(ctx)
+	_, err = h.Result(ctx)
 	var re *reprise.RunError
 	errors.As(err, &re)
-	events, _ := e.History(ctx, h.ID)
+	events, err := e.History(ctx, h.ID)
+	if err != nil {
+		panic(err)
+	}
 	last := events[len(events)-2] // StepFailed, before RunFailed
 	fmt.Println(re.Type, last.Type, last.Error.Type, last.Attempt)
 	// Output: Poison StepFailed Poison 2

@@ -7,3 +7,10 @@ func (e *Engine) Notify(n store.Notice) { e.notice(n) }
 
 // PlainValue is plainValue, for tests.
 var PlainValue = plainValue
+
+// Waiters counts the calls of Wait for run id waiting now.
+func (e *Engine) Waiters(id string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.waiters[id])
+}

@@ -45,8 +45,12 @@ func TestSelectCancelsTheLoser(t *testing.T) {
 		}
 		return "timer won", nil
 	})
-	env := reprisetest.New(t, nil, wf, slow)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	ends := attemptEnds{ended: make(chan reprise.AttemptInfo, 8)}
+	env := reprisetest.New(t, &reprise.Config{Observer: ends}, wf, slow)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(h.ID)
 	close(release)
 	got, err := h.Result(t.Context())
@@ -61,9 +65,86 @@ func TestSelectCancelsTheLoser(t *testing.T) {
 	if n := len(eventsOf(events, store.EventStepCancelRequested)); n != 1 {
 		t.Errorf("%d StepCancelRequested, want 1", n)
 	}
-	time.Sleep(20 * time.Millisecond)
+	// The engine reports an attempt's end after it recorded what it would;
+	// the losing attempt is the run's only one.
+	ends.next(t)
 	if n := len(eventsOf(env.History(h.ID), store.EventStepCompleted)); n != 0 {
 		t.Errorf("the late result was recorded")
+	}
+}
+
+// attemptEnds hears attempts end: their outcomes recorded, refused as
+// stale, or abandoned with nothing to record.
+type attemptEnds struct {
+	reprise.NopObserver
+	ended chan reprise.AttemptInfo
+}
+
+func (o attemptEnds) AttemptEnded(a reprise.AttemptEnd)        { o.ended <- a.AttemptInfo }
+func (o attemptEnds) StaleResultRefused(a reprise.AttemptInfo) { o.ended <- a }
+
+// next waits for an attempt to end.
+func (o attemptEnds) next(t *testing.T) reprise.AttemptInfo {
+	t.Helper()
+	select {
+	case a := <-o.ended:
+		return a
+	case <-time.After(30 * time.Second):
+		t.Fatal("no attempt ended within 30s")
+		return reprise.AttemptInfo{}
+	}
+}
+
+// TestSelectReplaysTheSameWinner: a timer beats a step, which is cancelled;
+// after a restart the workflow replays from a history holding both
+// outcomes (the timer's, then the cancellation) and must take the timer's
+// branch again.
+func TestSelectReplaysTheSameWinner(t *testing.T) {
+	t.Parallel()
+	slow := failsFirst("slow", "step", "[retry: 1, backoff: 10s, backoff_kind: fixed]")
+	var gateCalls atomic.Int32
+	gate := reprise.NewStep("gate", func(ctx context.Context, _ int) (string, error) {
+		if gateCalls.Add(1) == 1 {
+			return "", errors.New("closed")
+		}
+		return "open", nil
+	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
+	var branches atomic.Int32
+	wf := reprise.NewWorkflow("race", func(ctx context.Context, _ int) (string, error) {
+		f := reprise.Go(ctx, slow, 0)
+		timer := reprise.After(ctx, 5*time.Second)
+		winner := "timer"
+		if reprise.Select(ctx, f, timer) == 0 {
+			winner = "step"
+		}
+		branches.Add(1)
+		at := reprise.Now(ctx).Sub(reprisetest.Start)
+		if _, err := reprise.Step(ctx, gate, 0); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s won at +%v", winner, at), nil
+	})
+	env := reprisetest.New(t, nil, wf, slow, gate)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Let the timer win and the step be cancelled, while the gate waits an hour.
+	env.AdvanceUntil(func() bool {
+		return gateCalls.Load() == 1 && countEvents(env.History(h.ID), store.EventStepCancelRequested) == 1
+	})
+	env.Restart(nil, wf, slow, gate)
+	env.Wait(h.ID)
+	got, err := h.Result(t.Context())
+	if err != nil || got[:9] != "timer won" {
+		t.Fatalf("result %q, %v; the replay must pick the timer again", got, err)
+	}
+	if branches.Load() != 2 {
+		t.Errorf("the code after the select ran %d times, want 2 (live, then replay)", branches.Load())
+	}
+	// Now() is the time of the last consumed event, the same on replay.
+	if got != "timer won at +5s" {
+		t.Errorf("result %q, want the timer's time", got)
 	}
 }
 
@@ -95,9 +176,15 @@ func TestContinueAsNewDropsStaleEvents(t *testing.T) {
 		return "", reprise.ContinueAsNew(ctx, n-1)
 	})
 	env := reprisetest.New(t, nil, wf, racer)
-	h, _ := wf.Start(t.Context(), env.Engine, 3)
+	h, err := wf.Start(t.Context(), env.Engine, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.AdvanceUntil(func() bool {
-		run, _ := env.Engine.GetRun(t.Context(), h.ID)
+		run, err := env.Engine.GetRun(t.Context(), h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
 		return run.Execution >= 2
 	})
 	close(release) // execution 1's step answers now: too late
@@ -146,7 +233,10 @@ func TestSignals(t *testing.T) {
 		return strings.Join(got, ","), nil
 	})
 	env := reprisetest.New(t, nil, wf)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	// Both are sent before the workflow waits: they are kept, in order.
 	if err := env.Engine.Signal(t.Context(), h.ID, "approve", "alice"); err != nil {
 		t.Fatal(err)
@@ -179,7 +269,10 @@ func TestChildRuns(t *testing.T) {
 		return reprise.ChildRun(ctx, child, n, retry.Attempts(5, retry.Fixed(time.Minute)))
 	})
 	env := reprisetest.New(t, nil, parent, child, flaky)
-	h, _ := parent.Start(t.Context(), env.Engine, 41)
+	h, err := parent.Start(t.Context(), env.Engine, 41)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(h.ID)
 	if got, err := h.Result(t.Context()); err != nil || got != 42 {
 		t.Fatalf("result %d, %v", got, err)
@@ -202,7 +295,10 @@ func TestCancellingParentCancelsChildren(t *testing.T) {
 		return reprise.Child(ctx, wait, 0).Get(ctx)
 	})
 	env := reprisetest.New(t, nil, parent, wait)
-	h, _ := parent.Start(t.Context(), env.Engine, 0)
+	h, err := parent.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	childID := h.ID + "/1"
 	waitFor(t, func() bool {
 		run, err := env.Engine.GetRun(t.Context(), childID)
@@ -234,10 +330,16 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 		return reprise.Step(ctx, a, 0)
 	})
 	env := reprisetest.New(t, nil, v1, a, b, gate)
-	old, _ := v1.Start(t.Context(), env.Engine, 0)
+	old, err := v1.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool { return countEvents(env.History(old.ID), store.EventAttemptFailed) == 1 })
 	env.Restart(nil, v2, a, b, gate)
-	fresh, _ := v2.Start(t.Context(), env.Engine, 0)
+	fresh, err := v2.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(old.ID)
 	env.Wait(fresh.ID)
 	if got, err := old.Result(t.Context()); err != nil || got != "a" {
@@ -264,7 +366,10 @@ func TestRedriveGivesAFreshBudget(t *testing.T) {
 		return reprise.Step(ctx, fragile, 0)
 	})
 	env := reprisetest.New(t, nil, wf, fragile)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if run := env.Wait(h.ID); run.Status != reprise.RunFailed {
 		t.Fatalf("run %s, want failed", run.Status)
 	}
@@ -299,11 +404,17 @@ func TestPoisonTask(t *testing.T) {
 	if err := env.Engine.RegisterRemoteStep("remote-job", &unlimited); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range 3 {
 		var tasks []*store.Task
 		waitFor(t, func() bool {
-			tasks, _ = env.Engine.ClaimTasks(t.Context(), "doomed-worker", []string{"remote-job"}, 1)
+			var err error
+			if tasks, err = env.Engine.ClaimTasks(t.Context(), "doomed-worker", []string{"remote-job"}, 1); err != nil {
+				t.Fatal(err)
+			}
 			return len(tasks) == 1
 		})
 		// The worker dies: its lease lapses with no result.
@@ -320,7 +431,8 @@ func TestPoisonTask(t *testing.T) {
 	}
 }
 
-// Seed 003: the losing timer of a select must not satisfy a later wait.
+// TestLosingTimerIsNotConsumedLater: the losing timer of a select must not
+// satisfy a later wait.
 func TestLosingTimerIsNotConsumedLater(t *testing.T) {
 	t.Parallel()
 	quick := reprise.NewStep("quick", func(ctx context.Context, _ int) (int, error) { return 1, nil })
@@ -335,7 +447,10 @@ func TestLosingTimerIsNotConsumedLater(t *testing.T) {
 		return reprise.Now(ctx).Sub(start).String(), nil
 	})
 	env := reprisetest.New(t, nil, wf, quick)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(h.ID)
 	if got, err := h.Result(t.Context()); err != nil || got != "2m0s" {
 		t.Fatalf("the sleep after the select took %q (%v), want 2m0s", got, err)
@@ -349,16 +464,29 @@ func TestLosingTimerIsNotConsumedLater(t *testing.T) {
 func TestSignalsSurviveARestart(t *testing.T) {
 	t.Parallel()
 	wf := reprise.NewWorkflow("two-signals", func(ctx context.Context, _ int) (string, error) {
-		a, _ := reprise.WaitSignal[string](ctx, "next").Get(ctx)
-		b, _ := reprise.WaitSignal[string](ctx, "next").Get(ctx)
+		a, err := reprise.WaitSignal[string](ctx, "next").Get(ctx)
+		if err != nil {
+			return "", err
+		}
+		b, err := reprise.WaitSignal[string](ctx, "next").Get(ctx)
+		if err != nil {
+			return "", err
+		}
 		return a + "," + b, nil
 	})
 	env := reprisetest.New(t, nil, wf)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
-	env.Engine.Signal(t.Context(), h.ID, "next", "one")
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Engine.Signal(t.Context(), h.ID, "next", "one"); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventSignalReceived) == 1 })
 	env.Restart(nil, wf)
-	env.Engine.Signal(t.Context(), h.ID, "next", "two")
+	if err := env.Engine.Signal(t.Context(), h.ID, "next", "two"); err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(h.ID)
 	if got, err := h.Result(t.Context()); err != nil || got != "one,two" {
 		t.Fatalf("result %q, %v", got, err)
@@ -375,7 +503,10 @@ func TestChildSurvivesParentsEngineRestart(t *testing.T) {
 		return reprise.Child(ctx, child, 0).Get(ctx)
 	})
 	env := reprisetest.New(t, nil, parent, child, gate)
-	h, _ := parent.Start(t.Context(), env.Engine, 0)
+	h, err := parent.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, func() bool {
 		events, err := env.Engine.History(t.Context(), h.ID+"/1")
 		return err == nil && countEvents(events, store.EventAttemptFailed) == 1
@@ -400,12 +531,17 @@ func TestSelectCancelsALosingChild(t *testing.T) {
 		return "timer", reprise.Sleep(ctx, 24*time.Hour)
 	})
 	env := reprisetest.New(t, nil, parent, slowChild)
-	h, _ := parent.Start(t.Context(), env.Engine, 0)
+	h, err := parent.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.AdvanceUntil(func() bool {
 		run, err := env.Engine.GetRun(t.Context(), h.ID+"/1")
 		return err == nil && run.Status == reprise.RunCancelled
 	})
-	if run, _ := env.Engine.GetRun(t.Context(), h.ID); run.Status != reprise.RunRunning {
+	if run, err := env.Engine.GetRun(t.Context(), h.ID); err != nil {
+		t.Fatal(err)
+	} else if run.Status != reprise.RunRunning {
 		t.Errorf("parent is %s; the child must have been cancelled by the select, not by the parent's end", run.Status)
 	}
 }

@@ -28,7 +28,10 @@ func TestRetryIfAndNextDelayAreRecorded(t *testing.T) {
 	)
 	wf := reprise.NewWorkflow("hooks", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, picky, 0) })
 	env := reprisetest.New(t, nil, wf, picky)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(h.ID)
 	var failed []reprise.Event
 	for _, ev := range env.History(h.ID) {
@@ -78,7 +81,10 @@ func TestSagaCompensatesInReverse(t *testing.T) {
 		return "done", nil
 	})
 	env := reprisetest.New(t, nil, wf, do, undo, fail)
-	h, _ := wf.Start(t.Context(), env.Engine, 0)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	env.Wait(h.ID)
 	got, err := h.Result(t.Context())
 	if err != nil || got != "compensated" || strings.Join(undone, "") != "cba" {

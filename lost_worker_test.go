@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reprise/store"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 
 	"reprise"
 	"reprise/postgres"
+	"reprise/reprisetest"
 	"reprise/sqlite"
 )
 
@@ -327,5 +329,56 @@ func TestSecondEngineUnderOneWorkerID(t *testing.T) {
 	cancel() // starts, then stops at once
 	if err := newEngine().Run(ctx); err != nil {
 		t.Fatalf("an engine under the freed id: %v", err)
+	}
+}
+
+// TestShutdownGraceThenRetryAfterRestart: an engine that stops cancels the
+// attempts still running after its grace with ErrShutdown and records
+// nothing; their leases lapse, and the next engine retries them as lost.
+func TestShutdownGraceThenRetryAfterRestart(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{}, 1)
+	var causes atomic.Value
+	hang := reprise.NewStep("hang", func(ctx context.Context, _ int) (string, error) {
+		info, _ := reprise.StepInfoFrom(ctx)
+		if info.Attempt == 1 {
+			started <- struct{}{}
+			<-ctx.Done()
+			causes.Store(context.Cause(ctx))
+			return "", context.Cause(ctx)
+		}
+		return "second attempt", nil
+	}, reprise.WithPolicyText("[retry: 2, backoff: 1s]"))
+	wf := reprise.NewWorkflow("shutdown", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Step(ctx, hang, 0)
+	})
+	cfg := &reprise.Config{ShutdownGrace: 10 * time.Millisecond, LeaseTTL: time.Minute}
+	env := reprisetest.New(t, cfg, wf, hang)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	env.Stop()
+	if c, _ := causes.Load().(error); !errors.Is(c, reprise.ErrShutdown) {
+		t.Fatalf("attempt cancelled with cause %v, want ErrShutdown", c)
+	}
+	if n := countEvents(env.History(h.ID), store.EventAttemptFailed); n != 0 {
+		t.Fatalf("shutdown recorded %d failures; the lease should just lapse", n)
+	}
+	env.Restart(cfg, wf, hang)
+	run := env.Wait(h.ID)
+	if run.Status != reprise.RunCompleted {
+		t.Fatalf("run %s", run.Status)
+	}
+	var failed *reprise.Event
+	for _, ev := range env.History(h.ID) {
+		if ev.Type == store.EventAttemptFailed {
+			failed = &ev
+		}
+	}
+	// The step has no timeout: its worker went away.
+	if failed == nil || failed.Error.Type != reprise.TypeWorkerLost || failed.RetryAt.IsZero() {
+		t.Fatalf("the lapsed lease was recorded as %+v, want WorkerLost and a retry", failed)
 	}
 }

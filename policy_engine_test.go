@@ -2,6 +2,7 @@ package reprise_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"reprise/store"
 	"testing"
@@ -153,5 +154,48 @@ func checkAttempts(t *testing.T, events []reprise.Event, pol *retry.Policy, atte
 	}
 	if pol.Deadline > 0 && elapsed > pol.Deadline {
 		t.Errorf("last attempt ended %v after the first started, past the %v deadline", elapsed, pol.Deadline)
+	}
+}
+
+func TestPerNameDefaultPolicies(t *testing.T) {
+	t.Parallel()
+	fail := func(ctx context.Context, _ int) (int, error) { return 0, errors.New("no") }
+	chat := reprise.NewStep("llm.chat", fail)
+	embed := reprise.NewStep("llm.embed", fail)
+	tool := reprise.NewStep("tool.search", fail)
+	other := reprise.NewStep("other", fail)
+	wf := reprise.NewWorkflow("defaults", func(ctx context.Context, _ int) (int, error) {
+		reprise.Step(ctx, chat, 0)
+		reprise.Step(ctx, embed, 0)
+		reprise.Step(ctx, tool, 0)
+		reprise.Step(ctx, other, 0)
+		reprise.Step(ctx, tool, 0, reprise.WithPolicy(retry.Never)) // the call site wins
+		return 0, nil
+	})
+	def := retry.Attempts(1, retry.None)
+	env := reprisetest.New(t, &reprise.Config{
+		DefaultPolicy: &def,
+		Policies: map[string]retry.Policy{
+			"llm.*":    retry.Attempts(3, retry.None),
+			"llm.chat": retry.Attempts(4, retry.None),
+			"tool.*":   retry.Attempts(2, retry.None),
+		},
+	}, wf, chat, embed, tool, other)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Wait(h.ID)
+	want := map[int]int{1: 4, 2: 3, 3: 2, 4: 1, 5: 1}
+	got := map[int]int{}
+	for _, ev := range env.History(h.ID) {
+		if ev.Type == store.EventStepFailed {
+			got[ev.Position] = ev.Attempt
+		}
+	}
+	for pos, n := range want {
+		if got[pos] != n {
+			t.Errorf("position %d made %d attempts, want %d", pos, got[pos], n)
+		}
 	}
 }

@@ -132,13 +132,16 @@ func TestRunErrorOfItsOwnType(t *testing.T) {
 		return 0, &orderError{err}
 	})
 	env := reprisetest.New(t, nil, wf, charge)
-	h, _ := wf.Start(t.Context(), env.Engine, 1)
+	h, err := wf.Start(t.Context(), env.Engine, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := env.Wait(h.ID)
 	if run.Error == nil || run.Error.Type != "OrderFailed" || run.Error.Step != "" || run.Error.Attempts != 0 ||
 		run.Error.Message != "order failed: step charge (position 1) failed after 1 attempt(s), permanent: CardDeclined: card declined" {
 		t.Fatalf("run error %+v", run.Error)
 	}
-	_, err := h.Result(t.Context())
+	_, err = h.Result(t.Context())
 	var se *reprise.StepError
 	if errors.As(err, &se) {
 		t.Errorf("Result: %v wraps a StepError", err)
@@ -168,7 +171,10 @@ func TestChildErrorNamesTheChildsStep(t *testing.T) {
 		return 0, err
 	})
 	env := reprisetest.New(t, nil, parent, child, charge)
-	h, _ := parent.Start(t.Context(), env.Engine, 1)
+	h, err := parent.Start(t.Context(), env.Engine, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := env.Wait(h.ID)
 	if run.Error == nil || run.Error.Type != "CardDeclined" || run.Error.Step != "" ||
 		run.Error.Message != "child run "+h.ID+"/1 failed: CardDeclined: card declined" {
@@ -192,13 +198,16 @@ func TestRunErrorOfATimeout(t *testing.T) {
 		return reprise.Step(ctx, slow, n)
 	})
 	env := reprisetest.New(t, nil, wf, slow)
-	h, _ := wf.Start(t.Context(), env.Engine, 1)
+	h, err := wf.Start(t.Context(), env.Engine, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	run := env.Wait(h.ID)
 	if run.Error == nil || run.Error.Type != reprise.TypeTimeout || run.Error.Step != "slow" || run.Error.Attempts != 2 ||
 		run.Error.Reason != string(retry.ReasonExhausted) {
 		t.Fatalf("run error %+v", run.Error)
 	}
-	_, err := h.Result(t.Context())
+	_, err = h.Result(t.Context())
 	if types := retry.TypeChain(err); len(types) == 0 || types[0] != reprise.TypeTimeout {
 		t.Errorf("Result's type chain %v", types)
 	}

@@ -2,10 +2,12 @@ package reprise_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"reprise/store"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,14 +93,7 @@ func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 // finishes them all.
 func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 	t.Parallel()
-	db := tempSQLite(t)
 	const runs, slots = 60, 2
-	ctx := t.Context()
-	for i := range runs {
-		if _, _, err := db.RunCreate(ctx, &store.RunCreateParams{ID: fmt.Sprint("backlog-", i), Workflow: "gated", Input: []byte("0")}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	gate := make(chan struct{})
 	step := reprise.NewStep("gated", func(ctx context.Context, _ int) (int, error) {
 		select {
@@ -109,24 +104,35 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 		}
 	})
 	wf := reprise.NewWorkflow("gated", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
-	reprisetest.Run(t, reprise.Config{Store: db, MaxConcurrentSteps: slots, PollInterval: 10 * time.Millisecond}, step, wf)
+	const poll = time.Second
+	env := reprisetest.New(t, &reprise.Config{MaxConcurrentSteps: slots, PollInterval: poll}, step, wf)
+	ctx := t.Context()
+	for i := range runs {
+		if _, _, err := env.Store.RunCreate(ctx, &store.RunCreateParams{ID: fmt.Sprint("backlog-", i), Workflow: "gated", Input: []byte("0")}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	count := func(status reprise.RunStatus) int {
-		list, err := db.RunList(ctx, &store.RunListParams{Status: status, Limit: 1000})
+		list, err := env.Store.RunList(ctx, &store.RunListParams{Status: status, Limit: 1000})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return len(list)
 	}
-	// Two steps run, the room for leases is 4 × 2; give the claims time
-	// to take more than that if they would.
-	waitFor(t, func() bool { return count(reprise.RunRunning) >= slots })
-	time.Sleep(200 * time.Millisecond)
-	if n := count(reprise.RunRunning); n > 4*slots {
-		t.Errorf("%d runs claimed while %d steps can run, want at most %d", n, slots, 4*slots)
+	// Two steps run, the room for leases is 4 × 2: once the engine has
+	// claimed what it would, and at each of its polls for runs after,
+	// no more than that are claimed.
+	env.AdvanceUntil(func() bool { return count(reprise.RunRunning) >= slots })
+	for range 5 {
+		settle(t, env)
+		if n := count(reprise.RunRunning); n > 4*slots {
+			t.Fatalf("%d runs claimed while %d steps can run, want at most %d", n, slots, 4*slots)
+		}
+		env.Clock.Advance(poll)
 	}
 	close(gate)
-	waitFor(t, func() bool { return count(reprise.RunCompleted) == runs })
+	env.AdvanceUntil(func() bool { return count(reprise.RunCompleted) == runs })
 }
 
 // holdsAdvances is a real store whose advances that schedule steps wait
@@ -184,5 +190,141 @@ func TestClaimedRunCountsOnceWhileItsStepIsLeased(t *testing.T) {
 			run, err := db.RunGet(ctx, id)
 			return err == nil && run.Status == reprise.RunCompleted
 		})
+	}
+}
+
+// gauge tracks how many callers are inside at once, and the most ever.
+type gauge struct{ now, peak atomic.Int32 }
+
+func (g *gauge) enter() {
+	n := g.now.Add(1)
+	for {
+		p := g.peak.Load()
+		if n <= p || g.peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+func (g *gauge) exit() { g.now.Add(-1) }
+
+// TestConcurrencyLimits: neither the engine's nor a step's limit is passed,
+// also when retries at once are leased with their predecessors' failures
+// and must wait for a slot. Every attempt stays in its step until the test
+// lets it go, round by round, once no more come: the attempts the engine
+// runs at once are all in step code together.
+func TestConcurrencyLimits(t *testing.T) {
+	t.Parallel()
+	for _, fails := range []int{0, 2} {
+		t.Run(fmt.Sprintf("fails=%d", fails), func(t *testing.T) {
+			t.Parallel()
+			testConcurrencyLimits(t, fails)
+		})
+	}
+}
+
+func testConcurrencyLimits(t *testing.T, fails int) {
+	var limited, all gauge
+	proceed := make(chan struct{})
+	var left atomic.Int32 // attempts let go that have left their step
+	work := func(g ...*gauge) func(context.Context, int) (int, error) {
+		return func(ctx context.Context, n int) (int, error) {
+			for _, x := range g {
+				x.enter()
+			}
+			select {
+			case <-proceed:
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			}
+			for _, x := range g {
+				x.exit()
+			}
+			defer left.Add(1)
+			if info, _ := reprise.StepInfoFrom(ctx); info.Attempt <= fails {
+				return 0, errors.New("not yet")
+			}
+			return n, nil
+		}
+	}
+	policy := reprise.WithPolicyText("[retry: 5, backoff: 0s]")
+	narrow := reprise.NewStep("narrow", work(&limited, &all), reprise.WithConcurrency(2), policy)
+	wide := reprise.NewStep("wide", work(&all), policy)
+	wf := reprise.NewWorkflow("fan-out", func(ctx context.Context, _ int) (int, error) {
+		var fs []*reprise.Future[int]
+		for i := range 12 {
+			fs = append(fs, reprise.Go(ctx, narrow, i), reprise.Go(ctx, wide, i))
+		}
+		sum := 0
+		for _, f := range fs {
+			n, err := f.Get(ctx)
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	})
+	env := reprisetest.New(t, &reprise.Config{MaxConcurrentSteps: 5}, wf, narrow, wide)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// still waits until the attempts in step code stop coming. (Not until
+	// the engine is idle: its dispatcher keeps looking for work while a
+	// step at its limit holds back ready tasks.)
+	still := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		var last, lastProgress int64 = -1, -1
+		for stable := 0; stable < 40; time.Sleep(500 * time.Microsecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("steps kept starting for 30s")
+			}
+			_, steps, progress := env.Engine.Activity()
+			if steps == last && progress == lastProgress && env.Clock.Pending() == 0 {
+				stable++
+			} else {
+				stable = 0
+			}
+			last, lastProgress = steps, progress
+		}
+	}
+	ended := func() bool {
+		run, err := env.Engine.GetRun(t.Context(), h.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return run.Status.Final()
+	}
+	waitFor(t, func() bool { return all.now.Load() >= 3 }) // several run at once
+	for letGo := int32(0); ; {
+		still()
+		inside := all.now.Load()
+		if inside == 0 {
+			if ended() {
+				break
+			}
+			env.AdvanceUntil(func() bool { return all.now.Load() > 0 || ended() })
+			continue
+		}
+		for range inside {
+			select {
+			case proceed <- struct{}{}:
+			case <-time.After(30 * time.Second):
+				t.Fatal("an attempt in step code was not there to let go")
+			}
+		}
+		letGo += inside
+		waitFor(t, func() bool { return left.Load() == letGo })
+	}
+	if sum, err := h.Result(t.Context()); err != nil || sum != 2*66 {
+		t.Fatalf("result %d, %v", sum, err)
+	}
+	if p := limited.peak.Load(); p > 2 || p < 1 {
+		t.Errorf("narrow ran %d at once, limit 2", p)
+	}
+	if p := all.peak.Load(); p > 5 || p < 3 {
+		t.Errorf("%d steps ran at once, engine limit 5", p)
 	}
 }

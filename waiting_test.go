@@ -66,8 +66,14 @@ func TestStepsNobodyClaimsAreReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	hl, _ := lost.Start(ctx, env.Engine, 1, reprise.WithRunID("lost-1"))
-	hp, _ := pulled.Start(ctx, env.Engine, 1, reprise.WithRunID("pulled-1"))
+	hl, err := lost.Start(ctx, env.Engine, 1, reprise.WithRunID("lost-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hp, err := pulled.Start(ctx, env.Engine, 1, reprise.WithRunID("pulled-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	start := env.Clock.Now()
 
 	// Not yet: the steps have just been scheduled.
@@ -129,7 +135,10 @@ func TestUnclaimedAfterNegativeReportsNothing(t *testing.T) {
 		return reprise.Call[int](ctx, "nowhere", n)
 	})
 	env := reprisetest.New(t, cfg, lost)
-	h, _ := lost.Start(t.Context(), env.Engine, 1)
+	h, err := lost.Start(t.Context(), env.Engine, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	later := env.Clock.Now().Add(time.Hour)
 	env.Clock.Set(later)
 	if w, err := env.Engine.RunWaiting(t.Context(), h.ID); err != nil || w != nil {

@@ -219,7 +219,19 @@ func TestServerPullWorkerLosesLease(t *testing.T) {
 		return tasks[0]
 	}
 	first := claim()
-	time.Sleep(time.Until(first.LeaseUntil) + 300*time.Millisecond) // the worker stalls past its lease
+	// The worker stalls past its lease, until the engine records the lapse.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		events, err := c.History(ctx, "pull-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(eventsOf(events, store.EventAttemptFailed)) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the lapse of a %v lease was not recorded within 30 s: %+v", time.Until(first.LeaseUntil), events)
+		}
+	}
 	err := c.Complete(ctx, first.ID, first.Token, json.RawMessage(`"late"`))
 	var p *httpapi.Problem
 	if !errors.As(err, &p) || p.Status != 409 || !errors.Is(err, store.ErrLeaseLost) {
