@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"reprise/internal/eventrow"
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // RunAdvance records what a workflow did since its last advance: the steps,
@@ -24,11 +25,11 @@ func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*sto
 	var adv *store.Advanced
 	ending := p.Finish != nil && !p.Finish.ContinueAsNew
 	// The run's lock, then the handed results' tasks (completeAll).
-	reads := []*aheadRead{lockRunRead(s.clock(), p.RunID, ending)}
+	reads := []*pgtx.Read{lockRunRead(s.clock(), p.RunID, ending)}
 	for _, c := range p.Completed {
 		reads = append(reads, completedRead(c.TaskID, p.RunID))
 	}
-	err := s.txOwning(ctx, reads, func(tx *txn) (err error) {
+	err := s.committer.RunOwning(ctx, reads, func(tx *pgtx.Tx) (err error) {
 		adv, err = s.advance(ctx, tx, p, nil, time.Time{})
 		return err
 	})
@@ -41,7 +42,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*sto
 // advance records an advance, checked by its Check, in tx. created,
 // if not nil, is the run as the transaction created it at now, without a
 // parent: it is locked already, and not read again.
-func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams, created *lockedRun, now time.Time) (*store.Advanced, error) {
+func (s *Store) advance(ctx context.Context, tx *pgtx.Tx, p *store.RunAdvanceParams, created *lockedRun, now time.Time) (*store.Advanced, error) {
 	ending := p.Finish != nil && !p.Finish.ContinueAsNew
 	run, parent := created, (*lockedRun)(nil)
 	if run == nil {
@@ -71,8 +72,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams,
 		}
 	}
 
-	b := &tx.writes
-	sc := &scheduler{a: a, b: b, out: &tx.out, run: run, p: p, dropped: dropped}
+	sc := &scheduler{a: a, tx: tx, run: run, p: p, dropped: dropped}
 	if err := sc.schedule(); err != nil {
 		return nil, err
 	}
@@ -82,31 +82,31 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams,
 	adv := &store.Advanced{Tasks: sc.leased}
 	switch {
 	case p.Finish == nil:
-		sc.tasks.queueWith(b, a, run.runHead, sc.children, sc.leased)
+		sc.tasks.queueWith(tx, a, run.runHead, sc.children, sc.leased)
 	case p.Finish.ContinueAsNew:
-		if err := cancelBelow(a, b, &tx.out, run, below, false); err != nil {
+		if err := cancelBelow(a, tx, run, below, false); err != nil {
 			return nil, err
 		}
-		if err := continueAsNew(a, b, run, p.Finish); err != nil {
+		if err := continueAsNew(a, tx, run, p.Finish); err != nil {
 			return nil, err
 		}
-		a.queue(b, run.runHead)
+		a.queue(tx, run.runHead)
 	default:
 		final, args, err := finish(a, run, p.Finish)
 		if err != nil {
 			return nil, err
 		}
-		if err := cancelBelow(a, b, &tx.out, run, below, false); err != nil {
+		if err := cancelBelow(a, tx, run, below, false); err != nil {
 			return nil, err
 		}
-		if adv.Parent, err = reportToParent(a, &tx.out, run, parent, p.Finish.Status, p.Finish.Output, p.Finish.Error); err != nil {
+		if adv.Parent, err = reportToParent(a, tx, run, parent, p.Finish.Status, p.Finish.Output, p.Finish.Error); err != nil {
 			return nil, err
 		}
 		// No NoticeOutcome for the run itself: only its owner advances it,
 		// and an engine hears only of its own runs, so the one engine a
 		// notice would reach is the caller, which knows. (A cancel, which
 		// anyone may make, tells the owner.)
-		markMergeable(a.queueWith(b, []*runHead{run.runHead}, final, args...))
+		a.queueWith(tx, []*runHead{run.runHead}, final, args...)
 	}
 	adv.Events = a.eventsOf(run.runHead)
 	return adv, nil
@@ -117,7 +117,7 @@ func (s *Store) advance(ctx context.Context, tx *txn, p *store.RunAdvanceParams,
 // the task removed (unless the advance drops all the run's tasks anyway,
 // ending its execution). Every attempt's lease must hold at now; a stale
 // one fails the advance with ErrLeaseLost before anything is written.
-func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, results []store.TaskCompleteParams, now time.Time, dropping bool) error {
+func completeAll(ctx context.Context, tx *pgtx.Tx, a *appender, run *lockedRun, results []store.TaskCompleteParams, now time.Time, dropping bool) error {
 	for i := range results {
 		c := &results[i]
 		var (
@@ -127,10 +127,10 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 			lease                        *time.Time
 		)
 		read := completedRead(c.TaskID, run.id)
-		err := tx.QueryRow(ctx, read.sql, read.args...).Scan(&execution, &position, &step, &attempt, &token, &owner, &lease)
+		err := tx.QueryRow(ctx, read.SQL, read.Args...).Scan(&execution, &position, &step, &attempt, &token, &owner, &lease)
 		if errors.Is(err, pgx.ErrNoRows) {
-			if tx.ahead { // or locked by another transaction
-				return errStale
+			if tx.Ahead() { // or locked by another transaction
+				return pgtx.ErrStale
 			}
 			return store.ErrLeaseLost
 		}
@@ -146,7 +146,7 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 			return err
 		}
 		if !dropping {
-			tx.writes.Queue(`DELETE FROM reprise_task WHERE id = $1`, c.TaskID)
+			tx.Queue(`DELETE FROM reprise_task WHERE id = $1`, c.TaskID)
 		}
 	}
 	return nil
@@ -155,8 +155,8 @@ func completeAll(ctx context.Context, tx *txn, a *appender, run *lockedRun, resu
 // completedRead is completeAll's read of a handed result's task, which a
 // group may send ahead. Like lockTask's read of a task, it takes no lock
 // of the task: it runs after the statement that locked the run.
-func completedRead(taskID int64, runID string) *aheadRead {
-	return newRead(`
+func completedRead(taskID int64, runID string) *pgtx.Read {
+	return pgtx.NewRead(`
 		SELECT execution, position, step, attempt, token, owner, lease_until FROM reprise_task
 		WHERE id = $1 AND run_id = $2`,
 		bigintText, taskID, runID)
@@ -173,7 +173,7 @@ var (
 // dropCancelled deletes the run's tasks at the positions of cancels, in
 // its current execution, and returns the step names of those it found by
 // position. The timers at those positions are deleted with the writes.
-func dropCancelled(ctx context.Context, tx *txn, run *lockedRun, cancels []int) (map[int]string, error) {
+func dropCancelled(ctx context.Context, tx *pgtx.Tx, run *lockedRun, cancels []int) (map[int]string, error) {
 	if len(cancels) == 0 {
 		return nil, nil
 	}
@@ -196,7 +196,7 @@ func dropCancelled(ctx context.Context, tx *txn, run *lockedRun, cancels []int) 
 	if err != nil {
 		return nil, fmt.Errorf("drop cancelled steps: %w", err)
 	}
-	tx.writes.Queue(`DELETE FROM reprise_timer WHERE run_id = $1 AND execution = $2 AND position = ANY($3)`,
+	tx.Queue(`DELETE FROM reprise_timer WHERE run_id = $1 AND execution = $2 AND position = ANY($3)`,
 		run.id, run.execution, int32s(cancels))
 	return dropped, nil
 }
@@ -213,8 +213,7 @@ func int32s(v []int) []int32 {
 // start it.
 type scheduler struct {
 	a   *appender
-	b   *pgx.Batch
-	out *outbox
+	tx  *pgtx.Tx
 	run *lockedRun
 	p   *store.RunAdvanceParams
 	// dropped are the tasks the advance's cancels deleted, by position.
@@ -251,7 +250,7 @@ func (sc *scheduler) schedule() error {
 				return err
 			}
 			if status == store.RunPending {
-				sc.out.add(Notice{Kind: NoticeRunReady, RunID: s.Child.ID, Workflow: s.Child.Workflow})
+				sc.tx.Notify(Notice{Kind: NoticeRunReady, RunID: s.Child.ID, Workflow: s.Child.Workflow})
 			}
 		case !s.Make:
 		case s.Task != nil:
@@ -261,14 +260,14 @@ func (sc *scheduler) schedule() error {
 			tasks.add(s.Step, "", nil)
 			if !notified[s.Step.Name] {
 				notified[s.Step.Name] = true
-				sc.out.add(Notice{Kind: NoticeTaskReady, Step: s.Step.Name, At: a.now})
+				sc.tx.Notify(Notice{Kind: NoticeTaskReady, Step: s.Step.Name, At: a.now})
 			}
 		case s.Timer != nil:
 			timers.add(s.Timer.Position, s.Event.FireAt)
 		}
 	}
-	timers.queue(sc.b, h)
-	sc.children = kids.queue(sc.b, h, a.now)
+	timers.queue(sc.tx, h)
+	sc.children = kids.queue(sc.tx, h, a.now)
 	return nil
 }
 
@@ -343,9 +342,9 @@ func (r *taskRows) add(st *store.StepSpec, owner string, until *time.Time) {
 // head, and has_children when the advance created child runs. A leased
 // task starts its first attempt, as a claim would, and its id is set in
 // leased (matched by run and position). The statement's parameters are
-// arrays, and its rows say their run: the advances of several runs go as
-// one statement (merge.go).
-func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children bool, leased []*store.Task) {
+// arrays, and its rows say their run: the advances of several runs may go
+// as one statement (Tx.QueueMergeable).
+func (r *taskRows) queueWith(tx *pgtx.Tx, a *appender, h *runHead, children bool, leased []*store.Task) {
 	r.run0[0], r.children0[0], r.lastSeq0[0], r.updatedAt0[0] = h.id, children, h.lastSeq, h.updatedAt
 	r.run, r.children, r.lastSeq, r.updatedAt = r.run0[:], r.children0[:], r.lastSeq0[:], r.updatedAt0[:]
 	args := append(r.args[:0], &r.run, &r.children, &r.lastSeq, &r.updatedAt)
@@ -354,7 +353,7 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 		FROM unnest($7::text[], $8::bool[], $9::bigint[], $10::timestamptz[]) AS u(id, children, last_seq, updated_at)
 		WHERE r.id = u.id`
 	if len(r.pos) == 0 {
-		markMergeable(a.queueWith(b, []*runHead{h}, running, args...))
+		a.queueWith(tx, []*runHead{h}, running, args...)
 		return
 	}
 	n := len(r.pos)
@@ -362,7 +361,7 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 	for i := range n {
 		r.runs[i], r.executions[i], r.nows[i] = h.id, int32(h.execution), a.now
 	}
-	qq := a.queueWith(b, []*runHead{h}, `,
+	a.queueWith(tx, []*runHead{h}, `,
 		tasks AS (
 			INSERT INTO reprise_task (run_id, execution, position, step, input, idempotency_key, policy, timeout,
 				owner, lease_until, attempt, token, started_at, first_started_at, ready_at, created_at, step_version)
@@ -377,8 +376,7 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 		run AS (`+running+`)
 		SELECT run_id, id, position FROM tasks`,
 		append(args, &r.runs, &r.executions, &r.nows, &r.pos, &r.step, &r.input, &r.key, &r.policy, &r.timeout, &r.owner,
-			&r.leaseUntil, &r.version)...)
-	qq.Query(func(rows pgx.Rows) error {
+			&r.leaseUntil, &r.version)...).Query(func(rows pgx.Rows) error {
 		defer rows.Close()
 		var (
 			id  int64
@@ -401,7 +399,6 @@ func (r *taskRows) queueWith(b *pgx.Batch, a *appender, h *runHead, children boo
 		}
 		return rows.Err()
 	})
-	markMergeable(qq)
 }
 
 // timerRows are the timers an advance inserts, as columns.
@@ -415,11 +412,11 @@ func (r *timerRows) add(pos int, fire time.Time) {
 	r.fire = append(r.fire, fire)
 }
 
-func (r *timerRows) queue(b *pgx.Batch, h *runHead) {
+func (r *timerRows) queue(tx *pgtx.Tx, h *runHead) {
 	if len(r.pos) == 0 {
 		return
 	}
-	b.Queue(`
+	tx.Queue(`
 		INSERT INTO reprise_timer (run_id, execution, position, fire_at)
 		SELECT $1, $2, position, fire_at FROM unnest($3::int[], $4::timestamptz[]) AS t(position, fire_at)`,
 		h.id, h.execution, r.pos, r.fire)
@@ -477,11 +474,11 @@ func (r *childRows) add(c *store.ChildSpec, status store.RunStatus, events []sto
 // queue creates the child runs, unowned, with their first events; an id
 // that exists already is left as it is. It reports whether there were
 // any.
-func (r *childRows) queue(b *pgx.Batch, h *runHead, now time.Time) bool {
+func (r *childRows) queue(tx *pgtx.Tx, h *runHead, now time.Time) bool {
 	if len(r.id) == 0 {
 		return false
 	}
-	b.Queue(`
+	tx.Queue(`
 		WITH created AS (
 			INSERT INTO reprise_run (id, workflow, status, input, last_seq, created_at, updated_at,
 				parent_id, parent_position, parent_execution)

@@ -4,10 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reprise/store"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // finish appends the run's end event and returns the statement that ends
@@ -24,8 +24,7 @@ func finish(a *appender, run *lockedRun, f *store.RunFinish) (string, []any, err
 // head: it removes the run's tasks and timers, so that results of running
 // attempts are rejected, and its failed steps with dropFailed
 // (RunFinish.DropsFailedSteps). Its parameters are arrays, so that the
-// ends of several runs go as one statement (merge.go); the statement is
-// marked mergeable by the caller, once queued.
+// ends of several runs may go as one statement (Tx.QueueMergeable).
 func end(run *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo, dropFailed bool) (string, []any, error) {
 	encErr, err := encodeError(errInfo)
 	if err != nil {
@@ -76,18 +75,18 @@ type endCols struct {
 
 // drop queues the removal of the runs' tasks and timers, and of their
 // failed steps too when failedSteps is set.
-func drop(b *pgx.Batch, ids []string, failedSteps bool) {
+func drop(tx *pgtx.Tx, ids []string, failedSteps bool) {
 	if len(ids) == 1 {
 		// The common case, by key: an array of ids may be planned as a
 		// scan of the tables (see appender.queue).
-		b.Queue(`
+		tx.Queue(`
 			WITH tasks AS (DELETE FROM reprise_task WHERE run_id = $1),
 			failed AS (DELETE FROM reprise_step_failed WHERE $2 AND run_id = $1)
 			DELETE FROM reprise_timer WHERE run_id = $1`,
 			ids[0], failedSteps)
 		return
 	}
-	b.Queue(`
+	tx.Queue(`
 		WITH tasks AS (DELETE FROM reprise_task WHERE run_id = ANY($1)),
 		failed AS (DELETE FROM reprise_step_failed WHERE $2 AND run_id = ANY($1))
 		DELETE FROM reprise_timer WHERE run_id = ANY($1)`,
@@ -98,7 +97,7 @@ func drop(b *pgx.Batch, ids []string, failedSteps bool) {
 // input: it drops the run's tasks and timers, appends RunContinuedAsNew
 // and the new execution's RunStarted (RunFinish.Continued). The run stays
 // running, with its lease.
-func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, f *store.RunFinish) error {
+func continueAsNew(a *appender, tx *pgtx.Tx, run *lockedRun, f *store.RunFinish) error {
 	ended, started := f.Continued(run.workflow, run.execution)
 	if err := a.add(run.runHead, ended); err != nil {
 		return err
@@ -107,8 +106,8 @@ func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, f *store.RunFinish
 	if err := a.add(run.runHead, started); err != nil {
 		return err
 	}
-	drop(b, []string{run.id}, f.DropsFailedSteps())
-	b.Queue(`
+	drop(tx, []string{run.id}, f.DropsFailedSteps())
+	tx.Queue(`
 		UPDATE reprise_run SET status = 'running', execution = $2, input = $3::json, last_seq = $4, updated_at = $5
 		WHERE id = $1`,
 		run.id, run.execution, nullJSON(f.Input), run.lastSeq, run.updatedAt)
@@ -121,7 +120,7 @@ func continueAsNew(a *appender, b *pgx.Batch, run *lockedRun, f *store.RunFinish
 // says run ended, of theirs as cancelled), and drops their tasks and
 // timers. A cancelled child reports to no parent: its parent is ending in
 // the same transaction.
-func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below []*lockedRun, cancelled bool) error {
+func cancelBelow(a *appender, tx *pgtx.Tx, run *lockedRun, below []*lockedRun, cancelled bool) error {
 	if len(below) == 0 {
 		return nil
 	}
@@ -133,28 +132,28 @@ func cancelBelow(a *appender, b *pgx.Batch, out *outbox, run *lockedRun, below [
 		}
 		c.status = store.RunCancelled
 		if c.owner != "" {
-			out.add(Notice{Kind: NoticeOutcome, RunID: c.id, Owner: c.owner, Seq: c.lastSeq})
+			tx.Notify(Notice{Kind: NoticeOutcome, RunID: c.id, Owner: c.owner, Seq: c.lastSeq})
 		}
 	}
-	b.Queue(`
+	tx.Queue(`
 		UPDATE reprise_run SET status = 'cancelled', output = NULL, error = NULL, owner = '', lease_until = NULL
 		WHERE id = ANY($1)`,
 		ids)
-	drop(b, ids, true)
+	drop(tx, ids, true)
 	return nil
 }
 
 // reportToParent appends the end of child run run (ChildEnded) to its
 // parent (locked by lockRun), if the parent still waits for it
 // (ParentWaits), and returns the parent's Outcome then, or nil.
-func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo) (*store.Outcome, error) {
+func reportToParent(a *appender, tx *pgtx.Tx, run, parent *lockedRun, status store.RunStatus, output json.RawMessage, errInfo *store.ErrorInfo) (*store.Outcome, error) {
 	if parent == nil || parent.id != run.parentID || !store.ParentWaits(parent.status, parent.execution, run.parentExecution) {
 		return nil, nil
 	}
 	if err := a.add(parent.runHead, store.ChildEnded(run.id, run.parentPosition, status, output, errInfo)); err != nil {
 		return nil, err
 	}
-	out.add(Notice{Kind: NoticeOutcome, RunID: parent.id, Owner: parent.owner, Seq: parent.lastSeq})
+	tx.Notify(Notice{Kind: NoticeOutcome, RunID: parent.id, Owner: parent.owner, Seq: parent.lastSeq})
 	return &store.Outcome{RunID: parent.id, Owner: parent.owner, Events: a.eventsOf(parent.runHead)}, nil
 }
 
@@ -163,7 +162,7 @@ func reportToParent(a *appender, out *outbox, run, parent *lockedRun, status sto
 // ChildFailed{Reason: "cancelled"} to its parent if it has an active one.
 func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
 	var run *store.Run
-	err := s.txOwning(ctx, []*aheadRead{lockRunRead(s.clock(), p.ID, true)}, func(tx *txn) error {
+	err := s.committer.RunOwning(ctx, []*pgtx.Read{lockRunRead(s.clock(), p.ID, true)}, func(tx *pgtx.Tx) error {
 		r, parent, now, err := lockRun(ctx, tx, s.clock(), p.ID, true)
 		if err != nil {
 			return err
@@ -183,18 +182,17 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 		if err != nil {
 			return err
 		}
-		b := &tx.writes
-		if err := cancelBelow(a, b, &tx.out, r, below, true); err != nil {
+		if err := cancelBelow(a, tx, r, below, true); err != nil {
 			return err
 		}
-		if _, err := reportToParent(a, &tx.out, r, parent, store.RunCancelled, nil, nil); err != nil {
+		if _, err := reportToParent(a, tx, r, parent, store.RunCancelled, nil, nil); err != nil {
 			return err
 		}
-		markMergeable(a.queueWith(b, []*runHead{r.runHead}, final, args...))
+		a.queueWith(tx, []*runHead{r.runHead}, final, args...)
 		if r.owner != "" {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
+			tx.Notify(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
 		}
-		queueRun(b, r.id, &run)
+		queueRun(tx, r.id, &run)
 		return nil
 	})
 	if err != nil {

@@ -2,23 +2,22 @@ package postgres
 
 import (
 	"context"
-	"reprise/store"
+	"reflect"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // Merged returns how many statements s sent for several transitions at
-// once (merge.go, ahead.go).
-func Merged(s *Store) int64 { return s.merged.Load() }
+// once (package pgtx).
+func Merged(s *Store) int64 { return s.committer.Merged() }
 
 // QueuedTransitions returns how many transitions wait for a group.
-func QueuedTransitions(s *Store) int {
-	s.committer.mu.Lock()
-	defer s.committer.mu.Unlock()
-	return len(s.committer.queue)
-}
+func QueuedTransitions(s *Store) int { return s.committer.Queued() }
 
 // Histories reads the histories of ps in one statement, as HistoryList
 // calls that arrive together are read, and returns each one's events and
@@ -49,7 +48,7 @@ func ClaimPlan(ctx context.Context, s *Store) (string, error) {
 	if _, err := conn.Exec(ctx, `PREPARE probe_claim(timestamptz, text, text[], int, interval) AS `+claimRunsSQL); err != nil {
 		return "", err
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `DEALLOCATE probe_claim`)
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), `DEALLOCATE probe_claim`) }()
 	rows, err := conn.Query(ctx, `EXPLAIN EXECUTE probe_claim(NULL, 'probe', NULL, 10, '1 minute')`)
 	if err != nil {
 		return "", err
@@ -67,13 +66,18 @@ func TaskRowVersion(ctx context.Context, s *Store, id int64) (string, error) {
 }
 
 // EncodesArraysItself reports whether s's pooled connections write the
-// store's arrays with its own encoder (registerArrays).
+// arrays of the statements they send with package pgtx's encoder
+// (pgtx.RegisterArrays): whether the codec of text[] is the one it
+// registers.
 func EncodesArraysItself(ctx context.Context, s *Store) (bool, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return false, err
 	}
 	defer conn.Release()
-	_, ok := conn.Conn().TypeMap().PlanEncode(pgtype.TextArrayOID, pgtype.BinaryFormatCode, textArray{}).(encodeBinaryArray)
-	return ok, nil
+	want := pgtype.NewMap()
+	pgtx.RegisterArrays(want)
+	w, _ := want.TypeForOID(pgtype.TextArrayOID)
+	got, ok := conn.Conn().TypeMap().TypeForOID(pgtype.TextArrayOID)
+	return ok && reflect.TypeOf(got.Codec) == reflect.TypeOf(w.Codec), nil
 }

@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"math"
-	"reprise/store"
 	"slices"
 	"sync"
 	"time"
@@ -11,6 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"reprise/internal/eventrow"
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // HistoryList returns a run's events with Seq above p.AfterSeq, in order.
@@ -178,7 +179,7 @@ func (a *appender) insertArgs() []any {
 // insertCols are insertArgs' arrays, in one allocation with room for the
 // usual row (a transition appends to one run) and for the parameters of
 // the statement that follow. The arrays go in as pointers, which box
-// without an allocation of their own (unboxed and join take them as the
+// without an allocation of their own (package pgtx takes them as the
 // arrays).
 type insertCols struct {
 	runID, typ, data []string
@@ -201,20 +202,21 @@ func room[T any](buf []T, n int) []T {
 	return make([]T, n)
 }
 
-// queue adds to b the statement that stores the events and advances the
-// runs' heads, but for those in updated: the caller's own update of those
-// rows sets their last_seq and updated_at. Its parameters are arrays: the
-// appends of several transitions may go as one statement (merge.go).
-func (a *appender) queue(b *pgx.Batch, updated ...*runHead) {
+// queue adds to tx's writes the statement that stores the events and
+// advances the runs' heads, but for those in updated: the caller's own
+// update of those rows sets their last_seq and updated_at. Its parameters
+// are arrays: the appends of several transitions may go as one statement
+// (Tx.QueueMergeable).
+func (a *appender) queue(tx *pgtx.Tx, updated ...*runHead) {
 	if len(a.events) == 0 {
 		return
 	}
 	rest := a.rest(updated)
 	if len(rest) == 0 {
-		a.queueEvents(b)
+		a.queueEvents(tx)
 		return
 	}
-	markMergeable(b.Queue(withEvents(advanceHeads+` SELECT`), append(a.insertArgs(), headsArgs(rest...)...)...))
+	tx.QueueMergeable(withEvents(advanceHeads+` SELECT`), append(a.insertArgs(), headsArgs(rest...)...)...)
 }
 
 // rest returns the heads of the runs a appends to, but for those in
@@ -229,30 +231,32 @@ func (a *appender) rest(updated []*runHead) []*runHead {
 	return rest
 }
 
-// queueEvents adds to b the statement that stores the events, for a caller
-// that updates the runs' heads itself.
-func (a *appender) queueEvents(b *pgx.Batch) {
+// queueEvents adds to tx's writes the statement that stores the events,
+// for a caller that updates the runs' heads itself.
+func (a *appender) queueEvents(tx *pgtx.Tx) {
 	if len(a.events) == 0 {
 		return
 	}
-	markMergeable(b.Queue(insertEvents, a.insertArgs()...))
+	tx.QueueMergeable(insertEvents, a.insertArgs()...)
 }
 
-// queueWith adds to b one statement that stores the events and runs final,
-// whose parameters are args, numbered from $7, and returns it (for rows
-// final returns). final may open with more common table expressions
-// (", name AS (...)"); it advances the heads of the runs in updated itself
-// (advanceHeads does it), and the others' are advanced by a statement of
-// their own. One statement instead of several: each costs the server more
-// to start than these small writes cost to run.
-func (a *appender) queueWith(b *pgx.Batch, updated []*runHead, final string, args ...any) *pgx.QueuedQuery {
-	qq := b.Queue(withEvents(final), append(a.insertArgs(), args...)...)
+// queueWith adds to tx's writes one statement that stores the events and
+// runs final, whose parameters are args, numbered from $7, and returns it
+// (for rows final returns). final may open with more common table
+// expressions (", name AS (...)"); it advances the heads of the runs in
+// updated itself (advanceHeads does it), and the others' are advanced by a
+// statement of their own. One statement instead of several: each costs
+// the server more to start than these small writes cost to run. All its
+// parameters are arrays, so the statement may be merged with those of
+// other transitions (Tx.QueueMergeable).
+func (a *appender) queueWith(tx *pgtx.Tx, updated []*runHead, final string, args ...any) *pgx.QueuedQuery {
+	qq := tx.QueueMergeable(withEvents(final), append(a.insertArgs(), args...)...)
 	if rest := a.rest(updated); len(rest) > 0 {
-		markMergeable(b.Queue(`
+		tx.QueueMergeable(`
 			UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
 			FROM unnest($1::text[], $2::bigint[], $3::timestamptz[]) AS h(id, last_seq, updated_at)
 			WHERE r.id = h.id`,
-			headsArgs(rest...)...))
+			headsArgs(rest...)...)
 	}
 	return qq
 }
@@ -274,7 +278,7 @@ var withEventsSQL sync.Map // final → statement
 // advanceHeads opens the final statement of appender.queueWith with the
 // update of runs' heads, whose parameters (headsArgs, arrays) are $7 to
 // $9; the rest of the statement's are numbered from $10. A statement whose
-// parameters are all arrays may be merged (merge.go).
+// parameters are all arrays may be merged (Tx.QueueMergeable).
 const advanceHeads = `, head AS (
 	UPDATE reprise_run r SET last_seq = h.last_seq, updated_at = h.updated_at
 	FROM unnest($7::text[], $8::bigint[], $9::timestamptz[]) AS h(id, last_seq, updated_at)

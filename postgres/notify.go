@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"reprise/store"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"reprise/store"
 )
 
 // The notice types are the root package's; these names keep this
@@ -25,11 +26,6 @@ const (
 	NoticeRunReady  = store.NoticeRunReady
 	NoticeResync    = store.NoticeResync
 )
-
-// An outbox holds the notices of one transaction until it commits.
-type outbox []Notice
-
-func (o *outbox) add(n Notice) { *o = append(*o, n) }
 
 // maxPayload keeps a notice below PostgreSQL's 8000-byte limit.
 const maxPayload = 7900
@@ -62,7 +58,7 @@ type notifier struct {
 
 // publish queues the notices of a committed transaction and starts a
 // flush unless one is running.
-func (s *Store) publish(out outbox) {
+func (s *Store) publish(out []Notice) {
 	if len(out) == 0 {
 		return
 	}

@@ -16,13 +16,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"reprise/store"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -46,9 +47,21 @@ type Options struct {
 	MaxConns int32
 	// Writers is how many transactions at once record the store's
 	// transitions; the transitions that arrive while they are busy wait,
-	// and then share one transaction (group commit, see committer).
+	// and then share one transaction (group commit). Unused with Plain.
 	// Default: 2.
 	Writers int
+	// Plain runs every Store call in a transaction of its own, one
+	// statement at a time: BEGIN, its reads and writes in the order it
+	// makes them, COMMIT. Nothing is shared with other calls (no group
+	// commit, no reads sent ahead, no statements merged across
+	// transitions, no history reads served together), and arguments go to
+	// pgx's codecs as they are. It is the reference the default, grouped
+	// path is checked against (the conformance suite runs on both), and a
+	// way to debug it: each statement runs and fails on its own, and the
+	// server's log reads one call at a time. Every call then pays its own
+	// commit and a round trip per statement: it is for tests and
+	// debugging, not for load. Default: false, grouped (docs/postgres.md).
+	Plain bool
 	// NoMigrate stops Open from applying migrations; it still refuses a
 	// database whose schema is newer or older than this binary's. Default:
 	// false, Open migrates.
@@ -64,10 +77,9 @@ type Store struct {
 	now     func() time.Time
 	log     *slog.Logger
 
-	committer committer
+	committer *pgtx.Committer
 	notifier  notifier
-	reads     historyReads
-	merged    atomic.Int64 // statements sent for several transitions at once (merge.go), for tests
+	reads     *pgtx.Batcher[*historyRead] // HistoryList calls read together; nil: each alone (Plain)
 
 	// engines holds the connections that hold the locks of the engines
 	// started on this store (engine.go).
@@ -95,10 +107,12 @@ func Open(ctx context.Context, dsn string, opts *Options) (*Store, error) {
 		log:     o.Logger,
 		engines: make(map[string]*pgx.Conn),
 	}
-	s.committer.leaders, s.committer.size = o.Writers, maxGroup
-	s.reads.leaders, s.reads.size = maxReaders, maxReads
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.committer = pgtx.New(pool, pgtx.Options{Writers: o.Writers, Plain: o.Plain, Publish: s.publish, Logger: s.log})
+	if !o.Plain {
+		s.reads = pgtx.NewBatcher[*historyRead](maxReaders, maxReads)
 	}
 	if o.NoMigrate {
 		err = checkVersion(ctx, pool, o.Schema)
@@ -143,10 +157,12 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 	if o.MaxConns > 0 {
 		cfg.MaxConns = o.MaxConns
 	}
-	// Every connection writes the store's arrays itself (arrays.go).
-	cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
-		registerArrays(conn.TypeMap())
-		return nil
+	// Every connection of the grouped path writes its arrays itself.
+	if !o.Plain {
+		cfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+			pgtx.RegisterArrays(conn.TypeMap())
+			return nil
+		}
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{o.Schema}.Sanitize()
 	cfg.ConnConfig.RuntimeParams["timezone"] = "UTC"
@@ -160,7 +176,7 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 	// made for it. A generic plan made while a table is small (a new
 	// schema) would scan it instead, for the connection's life, as soon as
 	// a statement joins the table with an array of keys, which the writes
-	// that serve several transitions at once do (merge.go).
+	// that serve several transitions at once do (package pgtx).
 	if _, ok := cfg.ConnConfig.RuntimeParams["enable_seqscan"]; !ok {
 		cfg.ConnConfig.RuntimeParams["enable_seqscan"] = "off"
 	}
@@ -192,7 +208,7 @@ func (s *Store) Close() error {
 // the database's: every query takes it as $1 and reads
 // coalesce($1::timestamptz, statement_timestamp()). The statement's time,
 // not the transaction's (now()): transitions that share a transaction
-// (committer) each read their own time.
+// (group commit) each read their own time.
 func (s *Store) clock() any {
 	if s.now == nil {
 		return nil

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reprise/store"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"reprise/postgres"
+	"reprise/store"
 	"reprise/storetest"
 )
 
@@ -264,24 +264,42 @@ func TestLifecycle(t *testing.T) {
 
 // TestStore runs the conformance suite, each test on a schema of its own.
 func TestStore(t *testing.T) {
+	t.Parallel()
 	testDSN(t)
 	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		return openStore(t, now)
 	})
 }
 
-// TestEngines runs the engine liveness cases on two stores on one schema,
-// as two processes would have them.
-func TestEngines(t *testing.T) {
+// TestStorePlain runs the conformance suite on the plain path
+// (Options.Plain), which the grouped one is checked against.
+func TestStorePlain(t *testing.T) {
+	t.Parallel()
 	testDSN(t)
-	storetest.Engines(t, func(t *testing.T) (store.Store, store.Store) {
+	storetest.Run(t, func(t *testing.T, now func() time.Time) store.Store {
 		dsn, schema := testSchema(t)
-		first, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return first, openOn(t, dsn, &postgres.Options{Schema: schema})
+		return openOn(t, dsn, &postgres.Options{Schema: schema, Now: now, Plain: true})
 	})
+}
+
+// TestEngines runs the engine liveness cases on two stores on one schema,
+// as two processes would have them, on both paths.
+func TestEngines(t *testing.T) {
+	t.Parallel()
+	testDSN(t)
+	for _, plain := range []bool{false, true} {
+		t.Run(fmt.Sprintf("plain=%v", plain), func(t *testing.T) {
+			t.Parallel()
+			storetest.Engines(t, func(t *testing.T) (store.Store, store.Store) {
+				dsn, schema := testSchema(t)
+				first, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema, Plain: plain})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return first, openOn(t, dsn, &postgres.Options{Schema: schema, Plain: plain})
+			})
+		})
+	}
 }
 
 // TestConnectionsEncodeArraysThemselves checks that every connection of a

@@ -3,29 +3,28 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"reprise/store"
 	"time"
 
 	"reprise/internal/eventrow"
+	"reprise/store"
 )
 
 // Reading histories together. An engine reads the history of each run it
 // waits on whenever the run may have moved, so HistoryList is the store's
 // most frequent call: most of those reads find nothing new, and each cost
 // the server a statement. The reads that arrive while others are running
-// wait, as transitions do for their group (commit.go, leadQueue), and the
-// next free reader runs all of them as one statement. A read alone is run
-// at once.
+// wait, as transitions do for their group (pgtx.Batcher), and the next free
+// reader runs all of them as one statement. A read alone is run at once,
+// and on the plain path (Options.Plain) every read is.
 
-// maxReaders is how many history statements run at once, and maxReads how
-// many reads one serves at most.
+// maxReaders is how many history statements run at once, maxReads how
+// many reads one serves at most, and readTimeout bounds a statement that
+// serves several callers (none of their contexts may cancel it).
 const (
-	maxReaders = 2
-	maxReads   = 128
+	maxReaders  = 2
+	maxReads    = 128
+	readTimeout = time.Minute
 )
-
-// historyReads is the queue of history reads that wait for a reader.
-type historyReads = leadQueue[*historyRead]
 
 // A historyRead is one HistoryList call.
 type historyRead struct {
@@ -38,10 +37,14 @@ type historyRead struct {
 // and ErrNotFound for no run.
 func (s *Store) readHistory(ctx context.Context, p *store.HistoryListParams) ([]store.Event, error) {
 	r := &historyRead{p: p}
-	err := s.reads.do(ctx, r, func(reads []*historyRead) {
+	if s.reads == nil {
+		s.histories(ctx, []*historyRead{r})
+		return r.events, r.err
+	}
+	err := s.reads.Do(ctx, r, func(reads []*historyRead) {
 		// No caller's context may cancel the others' reads; a server that
 		// stops answering still ends them.
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
 		defer cancel()
 		s.histories(ctx, reads)
 	})

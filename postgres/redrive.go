@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+
+	"reprise/postgres/internal/pgtx"
 	"reprise/store"
 )
 
@@ -13,7 +15,7 @@ import (
 // claim.
 func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*store.Run, error) {
 	var run *store.Run
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.committer.Run(ctx, func(tx *pgtx.Tx) error {
 		r, _, now, err := lockRun(ctx, tx, s.clock(), p.ID, false)
 		if err != nil {
 			return err
@@ -42,8 +44,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 		if err := a.add(r.runHead, redriven); err != nil {
 			return err
 		}
-		b := &tx.writes
-		b.Queue(`
+		tx.Queue(`
 			WITH failed AS (
 				DELETE FROM reprise_step_failed WHERE run_id = $1 AND execution = $2 AND position = $3
 				RETURNING *)
@@ -53,14 +54,14 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 				step_version
 			FROM failed`,
 			r.id, r.execution, redriven.Position, now)
-		b.Queue(`
+		tx.Queue(`
 			UPDATE reprise_run SET status = 'running', output = NULL, error = NULL, owner = '', lease_until = NULL
 			WHERE id = $1`,
 			r.id)
-		a.queue(b)
-		tx.out.add(Notice{Kind: NoticeRunReady, RunID: r.id, Workflow: r.workflow})
-		tx.out.add(Notice{Kind: NoticeTaskReady, Step: redriven.Step, At: now})
-		queueRun(b, r.id, &run)
+		a.queue(tx)
+		tx.Notify(Notice{Kind: NoticeRunReady, RunID: r.id, Workflow: r.workflow})
+		tx.Notify(Notice{Kind: NoticeTaskReady, Step: redriven.Step, At: now})
+		queueRun(tx, r.id, &run)
 		return nil
 	})
 	if err != nil {
@@ -71,7 +72,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 
 // lastStepEnd returns the last StepCompleted or StepFailed of a run's
 // execution, or the zero Event.
-func lastStepEnd(ctx context.Context, tx *txn, runID string, execution int) (last store.Event, err error) {
+func lastStepEnd(ctx context.Context, tx *pgtx.Tx, runID string, execution int) (last store.Event, err error) {
 	err = newestFirst(ctx, tx, runID, func(events []store.Event) bool {
 		var ok bool
 		last, ok = store.LastStepEnd(events, execution)

@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // runColumns are the columns scanRun reads, in order.
@@ -69,18 +71,18 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 		created bool
 	)
 	insert := createRead(s.clock(), p)
-	var reads []*aheadRead
+	var reads []*pgtx.Read
 	if p.ParentID == "" && (first == nil || len(first.Completed) == 0) {
 		// A run without a parent is inserted ahead, with the group's
 		// other inserts; one with a parent updates its parent first.
 		// Handed results would be read after it, and could fail the
 		// transition after it wrote.
-		reads = []*aheadRead{insert}
+		reads = []*pgtx.Read{insert}
 	}
-	err := s.txOwning(ctx, reads, func(tx *txn) error {
+	err := s.committer.RunOwning(ctx, reads, func(tx *pgtx.Tx) error {
 		created = false // tx may run this again
-		// The only runs it writes to (ahead.go).
-		if err := tx.own(p.ID, p.ParentID); err != nil {
+		// The only runs it writes to.
+		if err := tx.Own(p.ID, p.ParentID); err != nil {
 			return err
 		}
 		if p.ParentID != "" {
@@ -95,7 +97,7 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 				return err
 			}
 		}
-		run, err := scanRun(tx.QueryRow(ctx, insert.sql, insert.args...), &lease.Token)
+		run, err := scanRun(tx.QueryRow(ctx, insert.SQL, insert.Args...), &lease.Token)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The id exists (inserted ahead, by another transition of the
 			// group too): return that run as it is.
@@ -113,10 +115,9 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 			return err
 		}
 		// The row already says last_seq 1, for RunStarted.
-		b := &tx.writes
-		a.queueEvents(b)
+		a.queueEvents(tx)
 		if p.Owner == "" {
-			tx.out.add(Notice{Kind: NoticeRunReady, RunID: run.ID, Workflow: run.Workflow})
+			tx.Notify(Notice{Kind: NoticeRunReady, RunID: run.ID, Workflow: run.Workflow})
 		}
 		run.UpdatedAt = h.updatedAt
 		lease.Run = run
@@ -145,11 +146,11 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 
 // createRead is RunCreate's insert of the run, which a group may send
 // ahead: it returns the new run, or nothing if the id exists.
-func createRead(clock any, p *store.RunCreateParams) *aheadRead {
+func createRead(clock any, p *store.RunCreateParams) *pgtx.Read {
 	const columns = `id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at,
 		parent_id, parent_position, parent_execution`
-	return &aheadRead{
-		sql: `
+	return &pgtx.Read{
+		SQL: `
 			INSERT INTO reprise_run (` + columns + `)
 			SELECT $2, $3, CASE WHEN $5 = '' THEN 'pending' ELSE 'running' END, $4::json, $5,
 				CASE WHEN $5 = '' THEN 0 ELSE 1 END,
@@ -157,11 +158,11 @@ func createRead(clock any, p *store.RunCreateParams) *aheadRead {
 			FROM (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) c
 			ON CONFLICT (id) DO NOTHING
 			RETURNING ` + runColumns + `, token`,
-		args:  []any{clock, p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL, p.ParentID, p.ParentPosition, p.ParentExecution},
-		types: []string{"timestamptz", "text", "text", "text", "text", "interval", "text", "int", "int"},
+		Args:  []any{clock, p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL, p.ParentID, p.ParentPosition, p.ParentExecution},
+		Types: []string{"timestamptz", "text", "text", "text", "text", "interval", "text", "int", "int"},
 		// Rows in the order of the arrays: of an id given twice, the first
 		// is inserted, and the row is the first's (DISTINCT ON).
-		set: `
+		Set: `
 			WITH c AS (SELECT statement_timestamp() AS now),
 			q AS MATERIALIZED (
 				SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[],
@@ -180,7 +181,7 @@ func createRead(clock any, p *store.RunCreateParams) *aheadRead {
 			SELECT DISTINCT ON (inserted.id) q.i, inserted.*
 			FROM inserted JOIN q ON q.id = inserted.id
 			ORDER BY inserted.id, q.i`,
-		writes: true,
+		Writes: true,
 	}
 }
 
@@ -207,10 +208,10 @@ func (s *Store) RunGet(ctx context.Context, id string) (*store.Run, error) {
 	return run, nil
 }
 
-// queueRun adds to b the read of run id as the writes before it leave it,
-// into *run.
-func queueRun(b *pgx.Batch, id string, run **store.Run) {
-	b.Queue(`SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
+// queueRun adds to tx's writes the read of run id as the writes before it
+// leave it, into *run.
+func queueRun(tx *pgtx.Tx, id string, run **store.Run) {
+	tx.Queue(`SELECT `+runColumns+` FROM reprise_run WHERE id = $1`, id).QueryRow(func(row pgx.Row) error {
 		var err error
 		*run, err = scanRun(row)
 		return err
@@ -367,7 +368,7 @@ func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 		// wait for it (a group for its lockTimeout, a transition alone
 		// for the server's deadlock_timeout).
 		var done []string
-		for try := 1; try == 1 || (try <= renewTries && (rolledBack(err) || lockTimedOut(err))); try++ {
+		for try := 1; try == 1 || (try <= renewTries && (pgtx.RolledBack(err) || lockTimedOut(err))); try++ {
 			done, err = s.renew(ctx, p, skipped, false)
 		}
 		if err != nil {
@@ -377,7 +378,7 @@ func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 	}
 	if p.LeaseTTL <= 0 && renewed > 0 {
 		// Released runs wait for another engine to claim them.
-		s.publish(outbox{{Kind: NoticeRunReady}})
+		s.publish([]Notice{{Kind: NoticeRunReady}})
 	}
 	return nil
 }
@@ -403,44 +404,40 @@ func lockTimedOut(err error) bool {
 // it leaves the rows other transactions hold; without, it waits for them,
 // each time for up to renewLockTimeout.
 func (s *Store) renew(ctx context.Context, p *store.RunRenewParams, ids []string, skip bool) ([]string, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Release()
 	lock := "FOR UPDATE"
 	if skip {
 		lock = "FOR UPDATE SKIP LOCKED"
 	}
 	var done []string
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	if !skip {
-		b.Queue("SELECT set_config('lock_timeout', $1, true)", renewLockTimeout)
-	}
-	// Each run is looked up by key (a lateral subquery that locks is never
-	// flattened into a join), in the order of ids.
-	b.Queue(`
-		WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
-		held AS (
-			SELECT x.id AS held_id FROM unnest($4::text[]) AS u(id) CROSS JOIN LATERAL (
-				SELECT id FROM reprise_run
-				WHERE id = u.id AND owner = $2 AND status IN ('pending', 'running')
-				`+lock+`) x)
-		UPDATE reprise_run r SET
-			owner = CASE WHEN $3::interval > '0' THEN r.owner ELSE '' END,
-			lease_until = CASE WHEN $3::interval > '0' THEN c.now + $3::interval END
-		FROM held, c
-		WHERE r.id = held.held_id
-		RETURNING r.id`,
-		s.clock(), p.Owner, p.LeaseTTL, ids).Query(func(rows pgx.Rows) error {
-		var err error
-		done, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		return err
+	err := s.committer.Once(ctx, func(tx *pgtx.Tx) error {
+		done = nil
+		if !skip {
+			tx.Queue("SELECT set_config('lock_timeout', $1, true)", renewLockTimeout)
+		}
+		// Each run is looked up by key (a lateral subquery that locks is
+		// never flattened into a join), in the order of ids.
+		tx.Queue(`
+			WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
+			held AS (
+				SELECT x.id AS held_id FROM unnest($4::text[]) AS u(id) CROSS JOIN LATERAL (
+					SELECT id FROM reprise_run
+					WHERE id = u.id AND owner = $2 AND status IN ('pending', 'running')
+					`+lock+`) x)
+			UPDATE reprise_run r SET
+				owner = CASE WHEN $3::interval > '0' THEN r.owner ELSE '' END,
+				lease_until = CASE WHEN $3::interval > '0' THEN c.now + $3::interval END
+			FROM held, c
+			WHERE r.id = held.held_id
+			RETURNING r.id`,
+			s.clock(), p.Owner, p.LeaseTTL, ids).Query(func(rows pgx.Rows) error {
+			var err error
+			done, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			return err
+		})
+		return nil
 	})
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, s.abort(ctx, conn, err)
+	if err != nil {
+		return nil, err
 	}
 	return done, nil
 }
@@ -505,9 +502,9 @@ type lockedScan struct {
 // locks several runs takes ancestors before descendants, so that the end
 // of a child (which writes to its parent) and the end of its parent (which
 // cancels the child) wait for each other instead of deadlocking.
-func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
+func lockRun(ctx context.Context, tx *pgtx.Tx, clock any, id string, withParent bool) (run, parent *lockedRun, now time.Time, err error) {
 	read := lockRunRead(clock, id, withParent)
-	rows, err := tx.Query(ctx, read.sql, read.args...)
+	rows, err := tx.Query(ctx, read.SQL, read.Args...)
 	if err != nil {
 		return nil, nil, now, err
 	}
@@ -516,7 +513,7 @@ func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool
 		return nil, nil, now, err
 	}
 	for _, r := range locked {
-		if err := tx.own(r.id); err != nil {
+		if err := tx.Own(r.id); err != nil {
 			return nil, nil, now, err
 		}
 		if r.id == id {
@@ -525,8 +522,8 @@ func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool
 			parent = r
 		}
 	}
-	if tx.ahead && (run == nil || withParent && run.parentID != "" && parent == nil) {
-		return nil, nil, now, errStale // a row another transaction holds, skipped
+	if tx.Ahead() && (run == nil || withParent && run.parentID != "" && parent == nil) {
+		return nil, nil, now, pgtx.ErrStale // a row another transaction holds, skipped
 	}
 	if run == nil {
 		return nil, nil, now, store.ErrNotFound
@@ -535,13 +532,13 @@ func lockRun(ctx context.Context, tx *txn, clock any, id string, withParent bool
 }
 
 // lockRunRead is lockRun's read, which a group may send ahead.
-func lockRunRead(clock any, id string, withParent bool) *aheadRead {
+func lockRunRead(clock any, id string, withParent bool) *pgtx.Read {
 	query := `SELECT ` + lockedColumns + `, coalesce($1::timestamptz, statement_timestamp()) FROM reprise_run WHERE id = $2 FOR UPDATE`
 	if withParent {
 		// Two lookups by key, the parent's read (and locked) first; an
 		// array of the two ids may be planned as a scan of the table
 		// (see appender.queue). The run is read only with its parent,
-		// so that a read ahead that skips a locked parent (ahead.go)
+		// so that a read ahead that skips a locked parent (SKIP LOCKED)
 		// does not lock the child out of order.
 		query = `
 			WITH parent AS (
@@ -555,14 +552,14 @@ func lockRunRead(clock any, id string, withParent bool) *aheadRead {
 				FOR UPDATE)
 			SELECT * FROM parent UNION ALL SELECT * FROM run`
 	}
-	return newRead(query, timestamptzText, clock, id)
+	return pgtx.NewRead(query, timestamptzText, clock, id)
 }
 
 // lockDescendants locks the active runs below root (its children, theirs,
 // and so on), level by level. Each level is read after the one above is
 // locked, so it sees every child those runs created: a run creates children
 // only under its own lock.
-func lockDescendants(ctx context.Context, tx *txn, root *lockedRun) ([]*lockedRun, error) {
+func lockDescendants(ctx context.Context, tx *pgtx.Tx, root *lockedRun) ([]*lockedRun, error) {
 	var (
 		below []*lockedRun
 		seen  = map[string]bool{root.id: true}
@@ -593,7 +590,7 @@ func lockDescendants(ctx context.Context, tx *txn, root *lockedRun) ([]*lockedRu
 		}
 		level = level[:0]
 		for _, r := range next {
-			if err := tx.own(r.id); err != nil {
+			if err := tx.Own(r.id); err != nil {
 				return nil, err
 			}
 			if !seen[r.id] { // a run made its own ancestor through RunCreate

@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"fmt"
+
+	"reprise/postgres/internal/pgtx"
 	"reprise/store"
 )
 
@@ -10,7 +12,7 @@ import (
 // active run's current execution and tells the run's owner.
 func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*store.Outcome, error) {
 	var o *store.Outcome
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.committer.Run(ctx, func(tx *pgtx.Tx) error {
 		r, _, now, err := lockRun(ctx, tx, s.clock(), p.RunID, false)
 		if err != nil {
 			return err
@@ -22,8 +24,8 @@ func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*sto
 		if err := a.add(r.runHead, p.Received()); err != nil {
 			return err
 		}
-		a.queue(&tx.writes)
-		tx.out.add(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
+		a.queue(tx)
+		tx.Notify(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
 		o = &store.Outcome{RunID: r.id, Owner: r.owner, Events: a.events}
 		return nil
 	})

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // stepDefColumns are the columns scanStepDef reads.
@@ -29,7 +31,7 @@ const latestStepDefSQL = `SELECT ` + stepDefColumns + ` FROM reprise_step_def WH
 // lockStepDef serializes the writes of one step's definitions, and
 // returns the store's time and the step's greatest version, or nil for a
 // name never defined.
-func (s *Store) lockStepDef(ctx context.Context, tx *txn, name string) (time.Time, *store.StepDefinition, error) {
+func (s *Store) lockStepDef(ctx context.Context, tx *pgtx.Tx, name string) (time.Time, *store.StepDefinition, error) {
 	var now time.Time
 	err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()) FROM (SELECT pg_advisory_xact_lock($2)) l`,
 		s.clock(), advisoryKey("reprise step\x00"+s.schema+"\x00"+name)).Scan(&now)
@@ -48,7 +50,7 @@ func (s *Store) lockStepDef(ctx context.Context, tx *txn, name string) (time.Tim
 func (s *Store) StepDefine(ctx context.Context, p *store.StepDefineParams) (*store.StepDefinition, bool, error) {
 	var def *store.StepDefinition
 	var created bool
-	err := s.alone(ctx, func(tx *txn) error {
+	err := s.committer.Alone(ctx, func(tx *pgtx.Tx) error {
 		now, latest, err := s.lockStepDef(ctx, tx, p.Name)
 		if err != nil {
 			return err
@@ -58,7 +60,7 @@ func (s *Store) StepDefine(ctx context.Context, p *store.StepDefineParams) (*sto
 			def, created = latest, false
 			return err
 		}
-		tx.writes.Queue(`
+		tx.Queue(`
 			INSERT INTO reprise_step_def (name, version, kind, url, policy, created_at) VALUES ($1, $2, $3, $4, $5, $6)`,
 			p.Name, version, p.Kind, p.URL, p.Policy, now)
 		def = &store.StepDefinition{Name: p.Name, Version: version, Kind: p.Kind, URL: p.URL, Policy: p.Policy,
@@ -119,7 +121,7 @@ func (s *Store) StepDefList(ctx context.Context, _ *store.StepDefListParams) ([]
 
 // StepDefDelete deletes a step unless it is in use.
 func (s *Store) StepDefDelete(ctx context.Context, p *store.StepDefDeleteParams) error {
-	err := s.alone(ctx, func(tx *txn) error {
+	err := s.committer.Alone(ctx, func(tx *pgtx.Tx) error {
 		now, latest, err := s.lockStepDef(ctx, tx, p.Name)
 		if err != nil {
 			return err
@@ -145,7 +147,7 @@ func (s *Store) StepDefDelete(ctx context.Context, p *store.StepDefDeleteParams)
 				return err
 			}
 		}
-		tx.writes.Queue(`UPDATE reprise_step_def SET deleted_at = $2 WHERE name = $1 AND deleted_at IS NULL`, p.Name, now)
+		tx.Queue(`UPDATE reprise_step_def SET deleted_at = $2 WHERE name = $1 AND deleted_at IS NULL`, p.Name, now)
 		return nil
 	})
 	if err != nil {

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"reprise/store"
 	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // taskColumns are the columns scanTask reads, in order.
@@ -70,7 +72,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 		return nil, nil
 	}
 	var tasks []*store.Task
-	err := s.txOwning(ctx, nil, func(tx *txn) error {
+	err := s.committer.RunOwning(ctx, nil, func(tx *pgtx.Tx) error {
 		rows, err := tx.Query(ctx, `
 			WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
 			picked AS (
@@ -127,7 +129,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 		if err != nil {
 			return err
 		}
-		if err := tx.own(slices.Collect(maps.Keys(heads))...); err != nil {
+		if err := tx.Own(slices.Collect(maps.Keys(heads))...); err != nil {
 			return err
 		}
 		// Earliest ready first, as the claim picked them.
@@ -143,9 +145,9 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 				return err
 			}
 		}
-		a.queueEvents(&tx.writes)
+		a.queueEvents(tx)
 		if p.Keep && len(tasks) > 0 {
-			queueKeep(&tx.writes, tasks)
+			queueKeep(tx, tasks)
 		}
 		return nil
 	})
@@ -155,9 +157,9 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 	return tasks, nil
 }
 
-// queueKeep adds to b the statement that keeps the attempts of tasks
-// (TaskClaimParams.Keep).
-func queueKeep(b *pgx.Batch, tasks []*store.Task) {
+// queueKeep adds to tx's writes the statement that keeps the attempts of
+// tasks (TaskClaimParams.Keep).
+func queueKeep(tx *pgtx.Tx, tasks []*store.Task) {
 	n := len(tasks)
 	ids, tokens, runs := make([]int64, n), make([]int64, n), make([]string, n)
 	executions, positions, attempts := make([]int32, n), make([]int32, n), make([]int32, n)
@@ -165,10 +167,10 @@ func queueKeep(b *pgx.Batch, tasks []*store.Task) {
 		ids[i], tokens[i], runs[i] = t.ID, t.Token, t.RunID
 		executions[i], positions[i], attempts[i] = int32(t.Execution), int32(t.Position), int32(t.Attempt)
 	}
-	markMergeable(b.Queue(`
+	tx.QueueMergeable(`
 		INSERT INTO reprise_attempt (task_id, token, run_id, execution, position, attempt)
 		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[], $6::int[])`,
-		ids, tokens, runs, executions, positions, attempts))
+		ids, tokens, runs, executions, positions, attempts)
 }
 
 // TaskAttemptList returns the kept attempts of a task, by token.
@@ -259,25 +261,25 @@ type leasedTask struct {
 // never does, and the lock was a tuple write and a WAL record for nothing.
 // The read need not check the task's run: a task's run never changes, and
 // task ids are never used again.
-func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt int, expired, full bool) (*leasedTask, error) {
+func lockTask(ctx context.Context, tx *pgtx.Tx, clock any, id, token int64, attempt int, expired, full bool) (*leasedTask, error) {
 	reads := lockTaskReads(clock, id, full)
 	// One allocation for the task, its run's head, its next attempt and
 	// what the reads scan into: a retry makes these for every attempt.
 	sc := &taskScan{}
 	t := &sc.task
 	t.ID, t.run = id, &sc.head
-	err := tx.QueryRow(ctx, reads[0].sql, reads[0].args...).Scan(
+	err := tx.QueryRow(ctx, reads[0].SQL, reads[0].Args...).Scan(
 		append(sc.dest[:0], &t.run.id, &t.run.lastSeq, &t.run.updatedAt, &t.run.owner, &t.now)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if tx.ahead { // or locked by another transaction
-			return nil, errStale
+		if tx.Ahead() { // or locked by another transaction
+			return nil, pgtx.ErrStale
 		}
 		return nil, store.ErrLeaseLost // no such task
 	}
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.own(t.run.id); err != nil {
+	if err := tx.Own(t.run.id); err != nil {
 		return nil, err
 	}
 	dest := append(sc.dest[:0], &t.Execution, &t.Position, &t.Step, &t.Attempt, &t.Token, &t.Owner, &t.lease, &t.Lapses)
@@ -285,7 +287,7 @@ func lockTask(ctx context.Context, tx *txn, clock any, id, token int64, attempt 
 		dest = append(dest, &sc.input, &t.IdempotencyKey, &sc.policy, &t.Timeout, &sc.firstStarted, &t.Base,
 			&t.StepVersion)
 	}
-	err = tx.QueryRow(ctx, reads[1].sql, reads[1].args...).Scan(dest...)
+	err = tx.QueryRow(ctx, reads[1].SQL, reads[1].Args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, store.ErrLeaseLost // gone since its run was found
 	}
@@ -318,13 +320,13 @@ type taskScan struct {
 
 // lockTaskReads are lockTask's reads, which a group may send ahead: the
 // lock of the task's run, then the task.
-func lockTaskReads(clock any, id int64, full bool) []*aheadRead {
+func lockTaskReads(clock any, id int64, full bool) []*pgtx.Read {
 	sql := readTaskSQL
 	if full {
 		sql = readTaskFullSQL
 	}
 	boxed := any(id) // once for both
-	return []*aheadRead{newRead(lockTaskRunSQL, timestamptzInt8, clock, boxed), newRead(sql, bigint, boxed)}
+	return []*pgtx.Read{pgtx.NewRead(lockTaskRunSQL, timestamptzInt8, clock, boxed), pgtx.NewRead(sql, bigint, boxed)}
 }
 
 // lockTaskRunSQL locks a task's run; readTaskSQL reads the task, and
@@ -345,7 +347,7 @@ const (
 // removes the task.
 func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (*store.Outcome, error) {
 	var o *store.Outcome
-	err := s.txOwning(ctx, lockTaskReads(s.clock(), p.TaskID, false), func(tx *txn) error {
+	err := s.committer.RunOwning(ctx, lockTaskReads(s.clock(), p.TaskID, false), func(tx *pgtx.Tx) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, false, false)
 		if err != nil {
 			return err
@@ -354,10 +356,10 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 		if err := a.add(t.run, p.Completed(&t.Task)); err != nil {
 			return err
 		}
-		markMergeable(a.queueWith(&tx.writes, []*runHead{t.run}, advanceHeads+`
+		a.queueWith(tx, []*runHead{t.run}, advanceHeads+`
 			DELETE FROM reprise_task WHERE id = ANY($10::bigint[])`,
-			append(headsArgs(t.run), []int64{t.ID})...))
-		tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
+			append(headsArgs(t.run), []int64{t.ID})...)
+		tx.Notify(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
 	})
@@ -379,7 +381,7 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 	}
 	leaseNext := p.LeasesNext()
 	var o *store.Outcome
-	err := s.txOwning(ctx, lockTaskReads(s.clock(), p.TaskID, leaseNext), func(tx *txn) error {
+	err := s.committer.RunOwning(ctx, lockTaskReads(s.clock(), p.TaskID, leaseNext), func(tx *pgtx.Tx) error {
 		t, err := lockTask(ctx, tx, s.clock(), p.TaskID, p.Token, p.Attempt, p.Expired, leaseNext)
 		if err != nil {
 			return err
@@ -397,7 +399,6 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 				return err
 			}
 		}
-		b := &tx.writes
 		switch {
 		case leaseNext:
 			next, inPlace, err := startNext(a, t, p)
@@ -406,10 +407,10 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 			}
 			o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events, Next: next}
 			if inPlace {
-				a.queue(b)
+				a.queue(tx)
 				return nil
 			}
-			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
+			a.queueWith(tx, []*runHead{t.run}, advanceHeads+`
 				UPDATE reprise_task t SET attempt = n.attempt, token = n.token, owner = n.owner,
 					started_at = n.started_at, lease_until = n.lease_until, lapses = n.lapses
 				FROM unnest($10::bigint[], $11::int[], $12::bigint[], $13::text[], $14::timestamptz[],
@@ -417,20 +418,20 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 				WHERE t.id = n.id`,
 				append(headsArgs(t.run), []int64{t.ID}, []int32{int32(next.Attempt)}, []int64{next.Token},
 					[]string{next.Owner}, []time.Time{next.StartedAt}, []time.Time{next.LeaseUntil},
-					[]int32{int32(next.Lapses)})...))
+					[]int32{int32(next.Lapses)})...)
 			return nil
 		case p.Retry:
-			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`
+			a.queueWith(tx, []*runHead{t.run}, advanceHeads+`
 				UPDATE reprise_task t SET owner = '', lease_until = NULL, ready_at = r.ready_at, attempt = r.attempt,
 					lapses = r.lapses
 				FROM unnest($10::bigint[], $11::timestamptz[], $12::int[], $13::int[]) AS r(id, ready_at, lapses, attempt)
 				WHERE t.id = r.id`,
 				append(headsArgs(t.run), []int64{t.ID}, []time.Time{events[0].RetryAt},
-					[]int32{int32(p.Lapses(t.Lapses))}, []int32{int32(t.Attempt)})...))
-			tx.out.add(Notice{Kind: NoticeTaskReady, Step: t.Step, At: events[0].RetryAt})
+					[]int32{int32(p.Lapses(t.Lapses))}, []int32{int32(t.Attempt)})...)
+			tx.Notify(Notice{Kind: NoticeTaskReady, Step: t.Step, At: events[0].RetryAt})
 		default:
 			// The task moves aside, as it was scheduled, for RunRedrive.
-			markMergeable(a.queueWith(b, []*runHead{t.run}, advanceHeads+`,
+			a.queueWith(tx, []*runHead{t.run}, advanceHeads+`,
 				failed AS (
 					DELETE FROM reprise_task t USING unnest($10::bigint[], $11::bigint[], $12::int[]) AS f(id, seq, attempt)
 					WHERE t.id = f.id
@@ -444,8 +445,8 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
 					attempt = excluded.attempt, seq = excluded.seq, step_version = excluded.step_version`,
-				append(headsArgs(t.run), []int64{t.ID}, []int64{t.run.lastSeq}, []int32{int32(t.Attempt)})...))
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
+				append(headsArgs(t.run), []int64{t.ID}, []int64{t.run.lastSeq}, []int32{int32(t.Attempt)})...)
+			tx.Notify(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		}
 		o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}
 		return nil
@@ -461,7 +462,7 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 // at the attempt before; a reaper that listed the row before that retry
 // committed would otherwise fail, under the same token, an attempt that
 // has already ended. The run is locked: the history read is the truth.
-func laterAttempt(ctx context.Context, tx *txn, t *leasedTask) (bool, error) {
+func laterAttempt(ctx context.Context, tx *pgtx.Tx, t *leasedTask) (bool, error) {
 	later := false
 	err := newestFirst(ctx, tx, t.run.id, func(events []store.Event) bool {
 		for _, e := range slices.Backward(events) {

@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"reprise/postgres/internal/pgtx"
+	"reprise/store"
 )
 
 // TimerFire fires up to p.Limit (zero: 100) due timers, earliest first: it
@@ -18,7 +20,7 @@ func (s *Store) TimerFire(ctx context.Context, p *store.TimerFireParams) ([]*sto
 		limit = 100
 	}
 	var outcomes []*store.Outcome
-	err := s.tx(ctx, func(tx *txn) error {
+	err := s.committer.Run(ctx, func(tx *pgtx.Tx) error {
 		outcomes = nil // tx may run this again
 		rows, err := tx.Query(ctx, `
 			WITH c AS (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now),
@@ -84,11 +86,10 @@ func (s *Store) TimerFire(ctx context.Context, p *store.TimerFireParams) ([]*sto
 				return err
 			}
 		}
-		b := &tx.writes
-		b.Queue(`DELETE FROM reprise_timer WHERE id = ANY($1)`, ids)
-		a.queue(b)
+		tx.Queue(`DELETE FROM reprise_timer WHERE id = ANY($1)`, ids)
+		a.queue(tx)
 		for _, h := range order {
-			tx.out.add(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner, Seq: h.lastSeq})
+			tx.Notify(Notice{Kind: NoticeOutcome, RunID: h.id, Owner: h.owner, Seq: h.lastSeq})
 			outcomes = append(outcomes, &store.Outcome{RunID: h.id, Owner: h.owner, Events: a.eventsOf(h)})
 		}
 		return nil

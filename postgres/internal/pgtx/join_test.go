@@ -1,4 +1,4 @@
-package postgres
+package pgtx
 
 import (
 	"reflect"
@@ -9,6 +9,7 @@ import (
 // TestJoin: the arrays of each position, typed or reflected, one after the
 // other in the statements' order.
 func TestJoin(t *testing.T) {
+	t.Parallel()
 	t0 := time.Unix(0, 0).UTC()
 	args := [][]any{
 		{[]string{"a"}, []int64{1}, []int32{7}, []bool{true}, []time.Time{t0}, []float64{0.5}},
@@ -23,9 +24,11 @@ func TestJoin(t *testing.T) {
 	}
 }
 
-// TestJoinPointers: arrays passed as pointers to them (insertCols) join
-// as the arrays, and merge only with arguments of the same types.
+// TestJoinPointers: arrays passed as pointers to them (as the store passes
+// its own) join as the arrays, and merge only with arguments of the same
+// types.
 func TestJoinPointers(t *testing.T) {
+	t.Parallel()
 	a, b := []string{"a"}, []string{"b", "c"}
 	n, m := []int64{1}, []int64{2, 3}
 	f, g := []float64{0.5}, []float64{1.5}

@@ -1,4 +1,4 @@
-package postgres
+package pgtx
 
 import (
 	"bytes"
@@ -11,11 +11,11 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// TestUnboxedArraysEncodeAsPlain checks that each of the store's arrays,
-// written by its own encoder (registerArrays), encodes to the same bytes as
+// TestUnboxedArraysEncodeAsPlain checks that each of the package's arrays,
+// written by its own encoder (RegisterArrays), encodes to the same bytes as
 // pgx encodes the slice it wraps, NULL for a nil slice included, and that
 // it allocates the same whatever its length.
-func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
+func TestUnboxedArraysEncodeAsPlain(t *testing.T) { //nolint:paralleltest // testing.AllocsPerRun refuses to run in a parallel test
 	at := time.Date(2026, 11, 24, 13, 0, 0, 123456000, time.UTC)
 	const n = 100
 	texts, times, int64s, int32s, bools := make([]string, n), make([]time.Time, n), make([]int64, n), make([]int32, n), make([]bool, n)
@@ -32,7 +32,7 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 		durations[i] = time.Duration(i)*time.Hour + time.Duration(i)*time.Microsecond
 	}
 	m, fast := pgtype.NewMap(), pgtype.NewMap()
-	registerArrays(fast)
+	RegisterArrays(fast)
 	for _, c := range []struct {
 		oid   uint32
 		plain any
@@ -64,7 +64,7 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 	} {
 		arg := unboxed([]any{c.plain})[0]
 		if reflect.TypeOf(arg).Kind() != reflect.Slice {
-			t.Errorf("unboxed(%T) = %T, want one of the store's arrays", c.plain, arg)
+			t.Errorf("unboxed(%T) = %T, want one of the package's arrays", c.plain, arg)
 		}
 		name := fmt.Sprintf("%T of %v", arg, c.plain != nil)
 		want, err := m.Encode(c.oid, pgtype.BinaryFormatCode, c.plain, nil)
@@ -72,7 +72,7 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 			t.Fatalf("%s: plain: %v", name, err)
 		}
 		if _, ok := fast.PlanEncode(c.oid, pgtype.BinaryFormatCode, arg).(encodeBinaryArray); !ok {
-			t.Errorf("%s is not encoded by the store's encoder", name)
+			t.Errorf("%s is not encoded by the package's encoder", name)
 		}
 		got, err := fast.Encode(c.oid, pgtype.BinaryFormatCode, arg, nil)
 		if err != nil {
@@ -97,14 +97,15 @@ func TestUnboxedArraysEncodeAsPlain(t *testing.T) {
 	}
 }
 
-// TestArraysOfAnotherTypeGoToPgx checks that a store's array sent as an
+// TestArraysOfAnotherTypeGoToPgx checks that one of the package's arrays sent as an
 // array of another element type is left to pgx's codec, which converts it.
 func TestArraysOfAnotherTypeGoToPgx(t *testing.T) {
+	t.Parallel()
 	m, fast := pgtype.NewMap(), pgtype.NewMap()
-	registerArrays(fast)
+	RegisterArrays(fast)
 	arg := int64Array{1, 2, 3}
 	if _, ok := fast.PlanEncode(pgtype.Int4ArrayOID, pgtype.BinaryFormatCode, arg).(encodeBinaryArray); ok {
-		t.Fatal("an int64Array as int4[] went to the store's encoder")
+		t.Fatal("an int64Array as int4[] went to the package's encoder")
 	}
 	want, err := m.Encode(pgtype.Int4ArrayOID, pgtype.BinaryFormatCode, arg, nil)
 	if err != nil {
@@ -117,19 +118,19 @@ func TestArraysOfAnotherTypeGoToPgx(t *testing.T) {
 }
 
 // BenchmarkArrayEncode encodes the event bodies of a group's insert, 64
-// of 400 bytes, as pgx encodes a []string and with the store's encoder.
+// of 400 bytes, as pgx encodes a []string and with the package's encoder.
 func BenchmarkArrayEncode(b *testing.B) {
 	bodies := make(textArray, 64)
 	for i := range bodies {
 		bodies[i] = strings.Repeat("x", 400)
 	}
 	m, fast := pgtype.NewMap(), pgtype.NewMap()
-	registerArrays(fast)
+	RegisterArrays(fast)
 	for _, c := range []struct {
 		name string
 		m    *pgtype.Map
 		arg  any
-	}{{"pgx", m, []string(bodies)}, {"store", fast, bodies}} {
+	}{{"pgx", m, []string(bodies)}, {"pgtx", fast, bodies}} {
 		b.Run(c.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
@@ -143,12 +144,13 @@ func BenchmarkArrayEncode(b *testing.B) {
 }
 
 // TestTypedColumnsEncodeAsAny checks that a merged read's column becomes
-// one of the store's arrays when its values allow, and that it encodes to
+// one of the package's arrays when its values allow, and that it encodes to
 // the bytes pgx makes of the []any it came from.
 func TestTypedColumnsEncodeAsAny(t *testing.T) {
+	t.Parallel()
 	at := time.Date(2026, 11, 24, 13, 0, 0, 123456000, time.UTC)
 	m, fast := pgtype.NewMap(), pgtype.NewMap()
-	registerArrays(fast)
+	RegisterArrays(fast)
 	for _, c := range []struct {
 		typ   string
 		oid   uint32

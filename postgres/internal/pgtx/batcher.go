@@ -1,4 +1,4 @@
-package postgres
+package pgtx
 
 import (
 	"context"
@@ -6,13 +6,13 @@ import (
 	"sync"
 )
 
-// A leadQueue serves the calls that arrive together in batches, with no
-// goroutine of its own: transitions in groups (commit.go), history reads
-// in one statement (reads.go). A caller that finds fewer than leaders
+// A Batcher serves the calls that arrive together in batches, with no
+// goroutine of its own: transitions in groups (Committer), a store's
+// history reads in one statement. A caller that finds fewer than leaders
 // batches being served leads one: it takes every queued call (up to size,
 // its own among them), serves them, wakes their callers, and hands the lead
 // to the oldest call queued meanwhile. The others wait in the queue.
-type leadQueue[T any] struct {
+type Batcher[T any] struct {
 	leaders int // batches served at once
 	size    int // calls a batch serves at most
 
@@ -21,17 +21,23 @@ type leadQueue[T any] struct {
 	leading int
 }
 
-// A queued is one call waiting in a leadQueue.
+// NewBatcher returns a batcher that serves up to leaders batches at once, of
+// up to size calls each.
+func NewBatcher[T any](leaders, size int) *Batcher[T] {
+	return &Batcher[T]{leaders: leaders, size: size}
+}
+
+// A queued is one call waiting in a Batcher.
 type queued[T any] struct {
 	item   T
 	wake   chan bool // true: lead the next batch; false: served
 	leader bool      // leads, or was handed the lead; may no longer leave the queue
 }
 
-// do queues item and returns once a batch served it: serve is called with
+// Do queues item and returns once a batch served it: serve is called with
 // the items of each batch that this caller leads. If ctx ends while the
 // call waits, do returns the context's error and item is never served.
-func (q *leadQueue[T]) do(ctx context.Context, item T, serve func([]T)) error {
+func (q *Batcher[T]) Do(ctx context.Context, item T, serve func([]T)) error {
 	w := &queued[T]{item: item, wake: make(chan bool, 1)}
 	q.mu.Lock()
 	q.queue = append(q.queue, w)
@@ -62,7 +68,7 @@ func (q *leadQueue[T]) do(ctx context.Context, item T, serve func([]T)) error {
 
 // leave takes a waiting call out of the queue, unless a leader took it or
 // it was handed the lead.
-func (q *leadQueue[T]) leave(w *queued[T]) bool {
+func (q *Batcher[T]) leave(w *queued[T]) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	i := slices.Index(q.queue, w)
@@ -76,7 +82,7 @@ func (q *leadQueue[T]) leave(w *queued[T]) bool {
 // lead serves one batch: the queued calls, up to size (none, if another
 // leader took them). Then it hands the lead to the oldest call still
 // queued that was not handed it yet, or gives it up.
-func (q *leadQueue[T]) lead(serve func([]T)) {
+func (q *Batcher[T]) lead(serve func([]T)) {
 	q.mu.Lock()
 	n := min(len(q.queue), q.size)
 	batch := q.queue[:n]
@@ -106,4 +112,11 @@ func (q *leadQueue[T]) lead(serve func([]T)) {
 		}
 	}
 	q.leading--
+}
+
+// Len returns how many calls wait for a batch.
+func (q *Batcher[T]) Len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue)
 }

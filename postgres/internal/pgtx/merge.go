@@ -1,4 +1,4 @@
-package postgres
+package pgtx
 
 import (
 	"reflect"
@@ -17,7 +17,7 @@ import (
 // the writes of the same text that go together are sent as one statement,
 // their array arguments joined: n retries at once cost one statement.
 //
-// A statement may be merged only if its text says so (markMergeable): all
+// A statement may be merged only if its text says so (Tx.QueueMergeable): all
 // its arguments are arrays, each row of which writes on its own, so that
 // the joined statement writes what the statements would have one after
 // the other; and if it returns rows that its transition reads, each row
@@ -33,7 +33,8 @@ import (
 var mergeableSQL sync.Map // statement text → true
 
 // markMergeable marks qq's text as mergeable, and returns qq. The texts
-// are few and marked over and over: a Store each time would allocate.
+// are few and marked over and over: a sync.Map Store each time would
+// allocate.
 func markMergeable(qq *pgx.QueuedQuery) *pgx.QueuedQuery {
 	if _, ok := mergeableSQL.Load(qq.SQL); !ok {
 		mergeableSQL.Store(qq.SQL, true)

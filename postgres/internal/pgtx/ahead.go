@@ -1,4 +1,4 @@
-package postgres
+package pgtx
 
 import (
 	"errors"
@@ -29,56 +29,63 @@ import (
 // and RunRenew, would then deadlock more often than one at a time). A read
 // ahead that finds nothing, or not all it locks (a run's parent), may have
 // met a row another transaction holds: the transition reads again, in
-// turn, and waits as it always did (errStale).
+// turn, and waits as it always did (ErrStale).
 //
 // A read sent ahead ran before the writes of the transitions that come
 // before it in the group. Each such transition records the runs it locks
-// (txn.own), and a transition whose read ahead locked a run that one of
-// them holds runs again, reading after their writes (errStale). A
-// transition that records nothing (call.owns unset) may have written
-// anywhere: the reads ahead of those after it are not used.
+// (Tx.Own), and a transition whose read ahead locked a run that one of
+// them holds runs again, reading after their writes (ErrStale). A
+// transition that records nothing (Committer.Run, not RunOwning) may have
+// written anywhere: the reads ahead of those after it are not used.
 
-// errStale reports that a transition read ahead a run that a transition
-// before it in its group holds: what it read may predate their writes.
-var errStale = errors.New("read ahead of a transition that holds the same run")
+// ErrStale reports that a transition read ahead a run that a transition
+// before it in its group holds (Tx.Own), or that its read ahead found
+// nothing (Tx.Ahead): what it read may predate the others' writes, or miss
+// a row another transaction holds. The group runs the transition again,
+// reading in turn.
+var ErrStale = errors.New("read ahead of a transition that holds the same run")
 
-// An aheadRead is a read that a transition declares to its group, to be
-// sent ahead: its text, its arguments, and their SQL types, for the
-// statement that reads the same for several transitions at once.
-type aheadRead struct {
-	sql   string
-	args  []any
-	types []string
+// A Read is a read that a transition declares to its group, to be sent
+// ahead (Committer.RunOwning): its text, its arguments, and their SQL
+// types, for the statement that reads the same for several transitions at
+// once. The transition then reads it as its first reads, in order, with
+// Tx.Query or Tx.QueryRow of the same text.
+type Read struct {
+	SQL   string
+	Args  []any
+	Types []string // of Args: "bigint", "text", "timestamptz", "interval", …
 
-	// set, if not empty, is the statement that reads (or writes) the same
-	// for several transitions, with their arguments as arrays of types,
-	// returning with each row the number of its transition, from 1 (see
-	// merged). writes says that it writes: a group that does not record
-	// the transition as it read must not commit (see Store.shared).
-	set    string
-	writes bool
+	// Set, if not empty, is the statement that reads (or writes) the same
+	// for several transitions, with their arguments as arrays of Types,
+	// returning with each row the number of its transition, from 1. By
+	// default it is SQL, with SKIP LOCKED, run for each transition's
+	// arguments in a lateral subquery (see merged). Writes says that it
+	// writes: a group that does not record the transition as it read must
+	// not commit, and the transition then runs alone.
+	Set    string
+	Writes bool
 }
 
 // A twoArgs is a read ahead with up to two arguments, allocated with them:
 // the reads of a transition are made for every transition, and their
 // slices were a share of a group's allocations.
 type twoArgs struct {
-	read aheadRead
+	read Read
 	args [2]any
 }
 
-// newRead returns a read of sql with the arguments args (at most two) of
+// NewRead returns a read of sql with the arguments args (at most two) of
 // the SQL types types, which the caller keeps unchanged.
-func newRead(sql string, types []string, args ...any) *aheadRead {
+func NewRead(sql string, types []string, args ...any) *Read {
 	r := &twoArgs{}
 	n := copy(r.args[:], args)
-	r.read = aheadRead{sql: sql, args: r.args[:n:n], types: types}
+	r.read = Read{SQL: sql, Args: r.args[:n:n], Types: types}
 	return &r.read
 }
 
 // writesAhead reports whether any of reads writes.
-func writesAhead(reads []*aheadRead) bool {
-	return slices.ContainsFunc(reads, func(r *aheadRead) bool { return r.writes })
+func writesAhead(reads []*Read) bool {
+	return slices.ContainsFunc(reads, func(r *Read) bool { return r.Writes })
 }
 
 // readAhead sends BEGIN and what else is queued, with the reads that the
@@ -99,10 +106,10 @@ func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
 			continue
 		}
 		for j, r := range cl.first {
-			if refs[r.sql] == nil {
-				texts = append(texts, r.sql)
+			if refs[r.SQL] == nil {
+				texts = append(texts, r.SQL)
 			}
-			refs[r.sql] = append(refs[r.sql], ref{i, j})
+			refs[r.SQL] = append(refs[r.SQL], ref{i, j})
 		}
 	}
 	if len(texts) == 0 {
@@ -114,20 +121,20 @@ func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
 		rs := refs[text]
 		first := group[rs[0].call].first[rs[0].read]
 		if len(rs) == 1 {
-			b.Queue(skipLocked(text), first.args...)
+			b.Queue(skipLocked(text), first.Args...)
 			continue
 		}
-		args := make([]any, len(first.types))
+		args := make([]any, len(first.Types))
 		for k := range args {
 			col := make([]any, len(rs))
 			for m, r := range rs {
-				col[m] = group[r.call].first[r.read].args[k]
+				col[m] = group[r.call].first[r.read].Args[k]
 			}
-			args[k] = typed(first.types[k], col)
+			args[k] = typed(first.Types[k], col)
 		}
-		set := first.set
+		set := first.Set
 		if set == "" {
-			set = merged(text, first.types)
+			set = merged(text, first.Types)
 		}
 		b.Queue(set, args...)
 		c.count(1)
@@ -164,7 +171,7 @@ func (c *conversation) readAhead(group []*call) ([][]*aheadRows, error) {
 }
 
 // typed returns a merged read's column of values of SQL type typ as one of
-// the store's arrays (arrays.go) when every value is of its Go type, and as
+// the package's arrays (arrays.go) when every value is of its Go type, and as
 // it is otherwise: pgx encodes a []any by reflection, value by value.
 func typed(typ string, col []any) any {
 	switch typ {
@@ -216,7 +223,8 @@ func typedAs[T any](col []any) ([]T, bool) {
 //
 // Each run is a lateral subquery that locks rows: one that locks cannot be
 // flattened into a join, so every run is a lookup by key, whatever the
-// plan cached for the statement (see poolConfig).
+// plan cached for the statement (a generic plan made while the table was
+// small, which the store's connection settings force).
 func merged(text string, types []string) string {
 	key := mergedKey{text, strings.Join(types, ",")}
 	if v, ok := mergedSQL.Load(key); ok {
@@ -347,29 +355,6 @@ func (c *cellChunks) take(n int) [][]byte {
 	c.chunk = c.chunk[:len(c.chunk)+n]
 	m := len(c.chunk)
 	return c.chunk[m-n : m : m]
-}
-
-// own records that the transition holds the locks of the runs ids. If its
-// data came from a read ahead and a transition before it in the group
-// holds one of them, it returns errStale: the transition must run again.
-func (t *txn) own(ids ...string) error {
-	owners := t.c.owners
-	if owners == nil { // a transaction of its own
-		return nil
-	}
-	if t.ahead {
-		for _, id := range ids {
-			if o := owners[id]; o != nil && o != t {
-				return errStale
-			}
-		}
-	}
-	for _, id := range ids {
-		if id != "" {
-			owners[id] = t
-		}
-	}
-	return nil
 }
 
 // aheadRows are the rows of a read ahead, as pgx.Rows.

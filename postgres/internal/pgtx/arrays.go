@@ -1,4 +1,4 @@
-package postgres
+package pgtx
 
 import (
 	"encoding/binary"
@@ -9,7 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// The store's array arguments, which write themselves.
+// The array arguments of the statements a group sends, which write
+// themselves.
 //
 // pgx encodes an array argument element by element, through
 // pgtype.ArrayGetter, whose Index returns each element as an any (for a
@@ -17,17 +18,20 @@ import (
 // interfaces per element; it appends to a buffer that it shrinks again
 // after every statement above 256 bytes, so a group's array of event
 // bodies (tens of KB) was regrown from there each time, by doubling. The
-// merged writes of a group carry thousands of elements. The store's array
-// types instead write PostgreSQL's binary array format directly into a
+// merged writes of a group carry thousands of elements. The array types
+// here instead write PostgreSQL's binary array format directly into a
 // buffer grown once to their size: 4× faster and a fourth of the bytes for
 // 64 bodies of 400 bytes (BenchmarkArrayEncode). Every connection's codec
-// of each array type the store sends (registerArrays) does this for them
+// of each array type a group sends (RegisterArrays) does this for them
 // and leaves any other value, or these sent as another type, to pgx, which
-// encodes slices by reflection.
+// encodes slices by reflection. The statements' arguments are plain slices
+// ([]string, []int64, …), or pointers to them, which box without an
+// allocation of their own; a group replaces them with these types as it
+// sends them (unboxed).
 
-// unboxed returns args with each array of a type below, or pointer to one
-// (see insertCols), replaced by the store's array of it; other arguments
-// are kept as they are.
+// unboxed returns args with each array of a type below, or pointer to one,
+// replaced by the package's array of it; other arguments are kept as they
+// are.
 func unboxed(args []any) []any {
 	out := make([]any, len(args))
 	for i, a := range args {
@@ -93,14 +97,14 @@ type (
 	durationArray []time.Duration
 )
 
-// A binaryArray is one of the store's array types, which writes itself.
+// A binaryArray is one of the package's array types, which writes itself.
 type binaryArray interface {
 	elemOID() uint32            // its elements' type
 	appendBinary([]byte) []byte // appends it in the binary array format
 	isNil() bool                // a nil slice is NULL
 }
 
-// fastArrays is the codec of one array type: pgx's, but for the store's
+// fastArrays is the codec of one array type: pgx's, but for the package's
 // arrays of its element type.
 type fastArrays struct {
 	pgtype.Codec
@@ -124,7 +128,7 @@ func (encodeBinaryArray) Encode(value any, buf []byte) ([]byte, error) {
 	return a.appendBinary(buf), nil
 }
 
-// arrayElems are the array types the store sends, by their elements' type.
+// arrayElems are the array types a group sends, by their elements' type.
 var arrayElems = map[uint32]uint32{
 	pgtype.TextArrayOID:        pgtype.TextOID,
 	pgtype.TimestamptzArrayOID: pgtype.TimestamptzOID,
@@ -134,8 +138,10 @@ var arrayElems = map[uint32]uint32{
 	pgtype.IntervalArrayOID:    pgtype.IntervalOID,
 }
 
-// registerArrays makes m encode the store's arrays in one pass.
-func registerArrays(m *pgtype.Map) {
+// RegisterArrays makes m, a connection's type map, encode the arrays that
+// a group sends in one pass: the grouped path's connections are set up
+// with it (pgxpool.Config.AfterConnect).
+func RegisterArrays(m *pgtype.Map) {
 	for oid, elem := range arrayElems {
 		if t, ok := m.TypeForOID(oid); ok {
 			m.RegisterType(&pgtype.Type{Name: t.Name, OID: oid, Codec: fastArrays{Codec: t.Codec, elem: elem}})

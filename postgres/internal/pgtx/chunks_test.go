@@ -1,4 +1,4 @@
-package postgres
+package pgtx
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 // values never overwrite, an empty value stays empty and not nil, and
 // values too large for a chunk are copied alone.
 func TestChunksCopyValues(t *testing.T) {
+	t.Parallel()
 	var (
 		c    byteChunks
 		src  = make([]byte, chunkSize)
