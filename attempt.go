@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"reprise/clock"
 	"reprise/retry"
 	"reprise/store"
 )
@@ -26,7 +28,7 @@ type attempt struct {
 	cause     error
 	// stopping is set by whichever comes first: the step returning, or
 	// the engine cancelling it. A cancelled step is expected back soon, so
-	// it counts as busy until it returns (see Activity).
+	// it counts as busy until it returns (see activity).
 	stopping atomic.Bool
 	// inSlot says that the attempt holds one of the engine's slots;
 	// stopBeat stops the heartbeat of an attempt waiting for one. Both
@@ -37,9 +39,7 @@ type attempt struct {
 
 // stop cancels the attempt with cause.
 func (a *attempt) stop(e *Engine, cause error) {
-	if a.stopping.CompareAndSwap(false, true) {
-		e.busy.Add(1)
-	}
+	e.act.stopping(a)
 	a.end(cause)
 }
 
@@ -93,7 +93,11 @@ func (e *Engine) startAttempts(ts []*store.Task, reserved []string) {
 	}
 	var starts []start
 	e.mu.Lock()
+	var full []string // reserved steps at their limit
 	for _, name := range reserved {
+		if e.stepFullLocked(name) {
+			full = append(full, name)
+		}
 		e.reserved--
 		e.reservedBy[name]--
 	}
@@ -110,6 +114,12 @@ func (e *Engine) startAttempts(ts []*store.Task, reserved []string) {
 	resumed := e.slotsForWaitingLocked()
 	if len(reserved) > 0 {
 		e.roomFreedLocked()
+	}
+	// A step reserved for and not leased (cancelled, or the write failed)
+	// has its room back; the dispatcher, which does not look for the ready
+	// tasks of a step at its limit, must be told.
+	if slices.ContainsFunc(full, func(name string) bool { return !e.stepFullLocked(name) }) && e.roomLocked() > 0 {
+		e.kick()
 	}
 	e.mu.Unlock()
 	for _, st := range starts {
@@ -133,15 +143,14 @@ func (e *Engine) resume(as []*attempt) {
 // once, on a goroutine.
 func (e *Engine) runChain(a *attempt, s *stepEntry) {
 	e.workWG.Add(1)
-	e.act.Add(1)
-	e.busy.Add(1)
+	e.act.add(1)
 	e.goroutines.Go(func() {
 		defer e.workWG.Done()
-		defer e.busy.Add(-1)
 		var memo inputMemo // the step's input, across retries at once
 		for a != nil {
 			a = e.nextAttempt(a, e.runAttempt(a, s, &memo))
 		}
+		e.act.add(-1)
 	})
 }
 
@@ -150,7 +159,6 @@ func (e *Engine) runChain(a *attempt, s *stepEntry) {
 // waits for one (see leaveSlotLocked).
 func (e *Engine) nextAttempt(a *attempt, next *store.Task) *attempt {
 	a.end(nil)
-	e.act.Add(1)
 	e.mu.Lock()
 	resumed := e.leaveSlotLocked(a)
 	held := e.heldRoomLocked() <= 0
@@ -192,9 +200,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 	if context.Cause(ctx) != nil {
 		// Cancelled while it waited for a slot: what stopped it counted
 		// it busy, as if it were in step code.
-		if !a.stopping.CompareAndSwap(false, true) {
-			e.busy.Add(-1)
-		}
+		e.act.dropped(a)
 		return nil
 	}
 	pol, err := e.decodePolicy(t.Policy)
@@ -223,13 +229,9 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 	if s == nil {
 		err = retry.Permanent(fmt.Errorf("step %s is not registered in this engine", t.Step))
 	} else {
-		e.inStep.Add(1)
-		e.busy.Add(-1)
+		e.act.enterStep()
 		out, err = callStep(ctx, s, t.Input, memo)
-		if a.stopping.CompareAndSwap(false, true) {
-			e.busy.Add(1)
-		}
-		e.inStep.Add(-1)
+		e.act.leaveStep(a)
 	}
 	e.leaveSlot(a)
 	switch cause := context.Cause(ctx); {
@@ -347,7 +349,7 @@ type beat struct {
 
 	mu      sync.Mutex
 	stopped bool
-	t       Timer
+	t       clock.Timer
 }
 
 func (b *beat) renew() {

@@ -3,6 +3,8 @@ package reprise
 import (
 	"testing"
 	"time"
+
+	"reprise/clock"
 )
 
 // TestResetAtIgnoresAMoveOfTheClock: the dispatcher sets its timer for the
@@ -12,8 +14,9 @@ import (
 // (TestHandedResultRefusedReplays, now and then under load). Set for the
 // time itself, it fires when the clock reaches it.
 func TestResetAtIgnoresAMoveOfTheClock(t *testing.T) {
-	c := NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	fired := func(tm Timer) bool {
+	t.Parallel()
+	c := clock.NewFake(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	fired := func(tm clock.Timer) bool {
 		select {
 		case <-tm.C():
 			return true
@@ -45,9 +48,9 @@ func TestResetAtIgnoresAMoveOfTheClock(t *testing.T) {
 	}
 
 	// The system clock's timers take the same call.
-	sys := SystemClock.NewTimer(time.Hour)
+	sys := clock.System.NewTimer(time.Hour)
 	sys.Stop()
-	resetAt(sys, time.Now().Add(time.Millisecond), SystemClock)
+	resetAt(sys, time.Now().Add(time.Millisecond), clock.System)
 	select {
 	case <-sys.C():
 	case <-time.After(5 * time.Second):

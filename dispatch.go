@@ -10,11 +10,11 @@ import (
 // kick wakes the dispatcher: tasks or timers may be due. A kick not yet
 // taken counts as busy; the dispatcher inherits the count.
 func (e *Engine) kick() {
-	e.busy.Add(1)
+	e.act.add(1)
 	select {
 	case e.kickc <- struct{}{}:
 	default:
-		e.busy.Add(-1)
+		e.act.add(-1)
 	}
 }
 
@@ -27,8 +27,8 @@ func (e *Engine) dispatch(ctx context.Context) {
 	defer t.Stop()
 	var wake store.Wake
 	kicked := true
+	e.act.add(1) // while it works; a kick it takes hands it the kick's
 	for {
-		e.busy.Add(1)
 		now := e.clock.Now()
 		if kicked {
 			// Something may be due that the last read did not show: read
@@ -57,8 +57,8 @@ func (e *Engine) dispatch(ctx context.Context) {
 			next = earliest(next, wake.Task)
 		}
 		if claimed || (!next.IsZero() && !next.After(e.clock.Now())) {
-			e.busy.Add(-1)
 			if ctx.Err() != nil {
+				e.act.add(-1)
 				return
 			}
 			continue
@@ -74,23 +74,26 @@ func (e *Engine) dispatch(ctx context.Context) {
 		}
 		resetAt(t, next, e.clock)
 		e.wakeAt.Store(next.UnixNano())
-		e.busy.Add(-1)
+		e.act.add(-1)
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.kickc:
 			kicked = true
-			e.busy.Add(-1) // the kick's count; the loop adds its own
 		case <-t.C():
+			e.act.add(1)
 		}
 		e.wakeAt.Store(0)
 	}
 }
 
 // nextWake asks the store when something next becomes due; on an error,
-// it says to look again after the poll interval.
+// it says to look again after the poll interval. It asks for the ready
+// tasks of the steps that have room only: a step at its concurrency limit
+// would have the dispatcher find them due and claim nothing, again and
+// again, until the step frees a slot (which kicks it: leaveSlotLocked).
 func (e *Engine) nextWake(ctx context.Context, now time.Time) store.Wake {
-	wake, err := e.store.NextWake(ctx, &store.NextWakeParams{Steps: e.localSteps()})
+	wake, err := e.store.NextWake(ctx, &store.NextWakeParams{Steps: e.stepsWithRoom()})
 	if err != nil && ctx.Err() == nil {
 		e.log.Warn("next wake", "err", err)
 		return store.Wake{Task: now.Add(e.cfg.PollInterval)}
@@ -117,9 +120,7 @@ func (e *Engine) watch(due time.Time) {
 	}
 }
 
-// LocalSteps returns the names of the steps this engine runs itself.
-func (e *Engine) LocalSteps() []string { return e.localSteps() }
-
+// localSteps returns the names of the steps this engine runs itself.
 func (e *Engine) localSteps() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -181,7 +182,6 @@ func (e *Engine) fireTimers(ctx context.Context) {
 		for _, o := range outs {
 			e.deliver(o)
 		}
-		e.act.Add(int64(len(outs)))
 		if len(outs) < batch {
 			return
 		}

@@ -154,8 +154,8 @@ func (r *replayer) create(finish *store.RunFinish) (adv *store.Advanced, ok bool
 	first := &firstAdvance{}
 	if finish != nil {
 		// As a run's end always does, it drops what the code scheduled
-		// and did not wait for.
-		first.params = &store.RunAdvanceParams{Cancels: r.cancels, Finish: finish}
+		// and did not wait for, and records its version markers.
+		first.params = &store.RunAdvanceParams{Markers: r.markers, Cancels: r.cancels, Finish: finish}
 	} else {
 		first.reserved = e.reserve(r.steps)
 		first.params = &store.RunAdvanceParams{

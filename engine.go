@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"reprise/clock"
 	"reprise/retry"
 	"reprise/store"
 )
@@ -22,8 +23,8 @@ type Config struct {
 	// Store holds all durable state. Required.
 	Store store.Store
 	// Clock tells time; give the Store the same clock's Now.
-	// Default: SystemClock.
-	Clock Clock
+	// Default: clock.System.
+	Clock clock.Clock
 	// Logger receives the engine's logs. Default: none.
 	Logger *slog.Logger
 	// WorkerID names this engine in leases and history. One live engine
@@ -72,8 +73,9 @@ type Config struct {
 	// never.
 	PoisonAfter int
 	// Observer hears every attempt, decision and run end as the engine
-	// makes it (see Observer); its methods must be fast and must not
-	// block. Default: none.
+	// makes it, and when the engine turns busy or idle (see Observer);
+	// its methods must be fast and must not block. Without one, the
+	// engine pays a nil check per event. Default: none.
 	Observer Observer
 }
 
@@ -81,7 +83,7 @@ type Config struct {
 type Engine struct {
 	cfg           Config
 	store         store.Store
-	clock         Clock
+	clock         clock.Clock
 	log           *slog.Logger
 	id            string
 	defaultPolicy *compiledPolicy
@@ -137,12 +139,9 @@ type Engine struct {
 	goroutines   *gopool        // runs replayers and attempts
 	decoded      sync.Map       // string(policy JSON) → *compiledPolicy
 
-	// busy counts goroutines doing engine work now, and wake-ups sent but
-	// not yet taken; inStep counts attempts inside step code; act counts
-	// progress. Together they let a test clock tell when the engine is idle.
-	busy   atomic.Int64
-	inStep atomic.Int64
-	act    atomic.Int64
+	// act tells the Observer when the engine is busy and when idle; nil
+	// without an Observer (see activity).
+	act *activity
 
 	// wakeAt is when the sleeping dispatcher next looks at the store, in
 	// Unix nanoseconds; 0 while it is awake.
@@ -156,7 +155,7 @@ func New(cfg Config) (*Engine, error) {
 		errs = append(errs, errors.New("config: Store is required"))
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = SystemClock
+		cfg.Clock = clock.System
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -201,6 +200,7 @@ func New(cfg Config) (*Engine, error) {
 		gone:       make(map[string]bool),
 		kickc:      make(chan struct{}, 1),
 		claimc:     make(chan struct{}, 1),
+		act:        newActivity(cfg.Observer),
 	}
 	def := retry.Default
 	if cfg.DefaultPolicy != nil {
@@ -230,9 +230,6 @@ func defaultWorkerID() string {
 
 // WorkerID returns the name this engine holds leases under.
 func (e *Engine) WorkerID() string { return e.id }
-
-// Store returns the engine's store.
-func (e *Engine) Store() store.Store { return e.store }
 
 // A Definition is a workflow or step to register.
 type Definition interface {
@@ -360,14 +357,6 @@ func (e *Engine) Run(ctx context.Context) error {
 		e.log.Warn("stop engine", "err", err)
 	}
 	return nil
-}
-
-// Activity is for test clocks (see reprisetest): busy counts engine
-// goroutines working now and wake-ups not yet taken, steps counts attempts
-// inside step code, and progress grows with every step of progress. A test
-// clock moves time only when busy is zero and progress stands still.
-func (e *Engine) Activity() (busy, steps, progress int64) {
-	return e.busy.Load(), e.inStep.Load(), e.act.Load()
 }
 
 // notice reacts to a store's notice: work another process made for this one.

@@ -276,28 +276,26 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-// settle waits, without moving the clock, until the engine is idle: none
-// of its goroutines at work, no timer that fired unanswered, and no
-// progress over a number of polls (reprisetest's Wait moves the clock on
-// the same signs). Whatever the engine does at the clock's time is done
-// then: a test checks after it that something did not happen.
+// settle waits, without moving the clock, until the engine is idle
+// (reprisetest's Settle): whatever the engine does at the clock's time is
+// done then, and a test checks after it that something did not happen.
 func settle(t *testing.T, env *reprisetest.Env) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	var last int64 = -1
-	for stable := 0; stable < 40; time.Sleep(500 * time.Microsecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the engine was not idle within 30s")
-		}
-		busy, _, progress := env.Engine.Activity()
-		if busy == 0 && env.Clock.Pending() == 0 && progress == last {
-			stable++
-		} else {
-			stable = 0
-		}
-		last = progress
-	}
+	env.Settle()
 }
+
+// idleness hears from the engine whether it is idle (Observer.EngineBusy
+// and EngineIdle): an engine starts idle.
+type idleness struct {
+	reprise.NopObserver
+	busy atomic.Bool
+}
+
+func (o *idleness) EngineBusy()    { o.busy.Store(true) }
+func (o *idleness) EngineIdle(int) { o.busy.Store(false) }
+
+// idle says whether the engine was idle when it last said so.
+func (o *idleness) idle() bool { return !o.busy.Load() }
 
 func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 	t.Parallel()
@@ -348,16 +346,13 @@ func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 func TestHandedResultRefusedReplays(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
-	var engine atomic.Pointer[reprise.Engine]
+	obs := &idleness{}
 	step := reprise.NewStep("handed", func(ctx context.Context, _ int) (string, error) {
 		n := calls.Add(1)
 		if n == 1 {
 			// The first result is handed over: it waits for the workflow to
 			// block on it, when nothing but this step is at work.
-			for ctx.Err() == nil {
-				if busy, _, _ := engine.Load().Activity(); busy == 0 {
-					break
-				}
+			for ctx.Err() == nil && !obs.idle() {
 				time.Sleep(time.Millisecond)
 			}
 		}
@@ -373,8 +368,8 @@ func TestHandedResultRefusedReplays(t *testing.T) {
 		}
 		return v, err
 	})
-	env := reprisetest.New(t, nil, wf, step)
-	engine.Store(env.Engine)
+	// obs hears the engine beside reprisetest's own Observer.
+	env := reprisetest.New(t, &reprise.Config{Observer: obs}, wf, step)
 	t.Cleanup(release) // before the engine stops, should the test fail
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reprise/store"
+	"slices"
 	"time"
 
 	"reprise"
 	"reprise/retry"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // startExample runs an engine on a fresh SQLite file until stop is called.
@@ -75,6 +76,45 @@ func ExampleSelect() {
 	}
 	fmt.Println(out)
 	// Output: gave up waiting
+}
+
+func ExampleWaitAny() {
+	quote := func(name string) *reprise.StepDef[int, string] {
+		return reprise.NewStep(name, func(ctx context.Context, _ int) (string, error) {
+			if info, _ := reprise.StepInfoFrom(ctx); name == "south" && info.Attempt == 1 {
+				return "", errors.New("busy") // retried 50 ms later
+			}
+			return name, nil
+		}, reprise.WithPolicyText("[retry: 2, backoff: 50ms]"))
+	}
+	south, north := quote("south"), quote("north")
+	// The workflow takes each answer as it comes; none is cancelled.
+	wf := reprise.NewWorkflow("as-they-come", func(ctx context.Context, _ int) ([]string, error) {
+		pending := []*reprise.Future[string]{reprise.Go(ctx, south, 0), reprise.Go(ctx, north, 0)}
+		var got []string
+		for len(pending) > 0 {
+			fs := make([]reprise.Awaitable, len(pending))
+			for i, f := range pending {
+				fs[i] = f
+			}
+			i := reprise.WaitAny(ctx, fs...)
+			out, err := pending[i].Get(ctx) // settled: returns at once
+			if err != nil {
+				return nil, err
+			}
+			got = append(got, out)
+			pending = slices.Delete(pending, i, i+1)
+		}
+		return got, nil
+	})
+	e, stop := startExample(wf, south, north)
+	defer stop()
+	out, err := wf.Run(context.Background(), e, 0)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(out)
+	// Output: [north south]
 }
 
 func ExampleWaitSignal() {

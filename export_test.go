@@ -14,3 +14,6 @@ func (e *Engine) Waiters(id string) int {
 	defer e.mu.Unlock()
 	return len(e.waiters[id])
 }
+
+// LocalSteps returns the names of the steps e runs itself.
+func (e *Engine) LocalSteps() []string { return e.localSteps() }

@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise"
+	"reprise/memory"
+	"reprise/postgres"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 func eventsOf(events []reprise.Event, typ reprise.EventType) []reprise.Event {
@@ -312,6 +315,72 @@ func TestCancellingParentCancelsChildren(t *testing.T) {
 	}
 }
 
+// TestWaitAnyCancelsNothing: WaitAny returns the call that settled first
+// and leaves the other in flight, to complete and be recorded; a replay
+// (after a restart) picks the same winner from the history, where both
+// have settled by then, the loser listed first.
+func TestWaitAnyCancelsNothing(t *testing.T) {
+	t.Parallel()
+	slow := failsFirst("slow", "slow", "[retry: 2, backoff: 1h]")
+	fast := reprise.NewStep("fast", func(context.Context, int) (string, error) { return "fast", nil })
+	gate := failsFirst("gate", "open", "[retry: 2, backoff: 1h]")
+	wf := reprise.NewWorkflow("first-come", func(ctx context.Context, _ int) (string, error) {
+		if i := reprise.WaitAny(ctx); i != -1 {
+			return "", fmt.Errorf("WaitAny of nothing = %d, want -1", i)
+		}
+		s, f := reprise.Go(ctx, slow, 0), reprise.Go(ctx, fast, 0)
+		// A replay that picked the other winner would call another step
+		// at the next position: a NondeterminismError.
+		got, then := []string{"fast won"}, fast
+		if reprise.WaitAny(ctx, s, f) == 0 {
+			got, then = []string{"slow won"}, slow
+		}
+		if _, err := reprise.Step(ctx, then, 1); err != nil {
+			return "", err
+		}
+		for _, fut := range []*reprise.Future[string]{s, f} {
+			out, err := fut.Get(ctx)
+			if err != nil {
+				return "", err
+			}
+			got = append(got, out)
+		}
+		if _, err := reprise.Step(ctx, gate, 0); err != nil {
+			return "", err
+		}
+		return strings.Join(got, ", "), nil
+	})
+	env := reprisetest.New(t, nil, wf, slow, fast, gate)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Restart while the gate waits for its retry: slow's and the gate's
+	// first attempts have failed, slow has completed.
+	env.AdvanceUntil(func() bool {
+		events := env.History(h.ID)
+		return countEvents(events, store.EventAttemptFailed) == 2 || countEvents(events, store.EventRunFailed) > 0
+	})
+	env.Restart(nil, wf, slow, fast, gate)
+	if run := env.Wait(h.ID); run.Status != reprise.RunCompleted {
+		t.Fatalf("run %s: %+v", run.Status, run.Error)
+	}
+	if out, err := h.Result(t.Context()); err != nil || out != "fast won, slow, fast" {
+		t.Fatalf("result %q, %v; want fast won, slow, fast", out, err)
+	}
+	events := env.History(h.ID)
+	if n := countEvents(events, store.EventStepCancelRequested); n != 0 {
+		t.Errorf("%d StepCancelRequested, want none", n)
+	}
+	var completed []string
+	for _, ev := range eventsOf(events, store.EventStepCompleted) {
+		completed = append(completed, fmt.Sprintf("%s@%d", ev.Step, ev.Position))
+	}
+	if got, want := strings.Join(completed, " "), "fast@2 fast@3 slow@1 gate@4"; got != want {
+		t.Errorf("steps completed %s, want %s", got, want)
+	}
+}
+
 func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	t.Parallel()
 	a := reprise.NewStep("a", func(ctx context.Context, _ int) (string, error) { return "a", nil })
@@ -353,6 +422,144 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	}
 }
 
+// A storeKind opens a store of one kind for a test, closed (and dropped)
+// when the test ends.
+type storeKind struct {
+	name string
+	open func(t *testing.T) store.Store
+}
+
+var schemas atomic.Int64
+
+// storeKinds are the stores an engine test runs on: SQLite and the
+// in-memory store always, PostgreSQL when REPRISE_TEST_POSTGRES is set,
+// in a schema of the test's own.
+func storeKinds() []storeKind {
+	kinds := []storeKind{
+		{"sqlite", func(t *testing.T) store.Store { return tempSQLite(t) }},
+		{"memory", func(t *testing.T) store.Store {
+			st := memory.New(memory.Options{})
+			t.Cleanup(func() { st.Close() })
+			return st
+		}},
+	}
+	if dsn := os.Getenv("REPRISE_TEST_POSTGRES"); dsn != "" {
+		kinds = append(kinds, storeKind{"postgres", func(t *testing.T) store.Store {
+			schema := fmt.Sprintf("reprise_test_%d_%d", time.Now().UnixNano(), schemas.Add(1))
+			st, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				st.Close()
+				dropSchema(t, schema)
+			})
+			return st
+		}})
+	}
+	return kinds
+}
+
+// TestVersionMarkersReachTheHistoryAtTheEnd: a version marker that the
+// code records after its last write to the store (just before it returns,
+// continues as new, or waits for a call that has settled already) goes
+// with the run's end, whether the run ends in its first write (created
+// with its end) or in a later one.
+func TestVersionMarkersReachTheHistoryAtTheEnd(t *testing.T) {
+	t.Parallel()
+	for _, kind := range storeKinds() {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			testVersionMarkersAtTheEnd(t, kind.open(t))
+		})
+	}
+}
+
+func testVersionMarkersAtTheEnd(t *testing.T, st store.Store) {
+	one := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil })
+	// at-once ends in its first write, as the run is created.
+	atOnce := reprise.NewWorkflow("at-once", func(ctx context.Context, _ int) (int, error) {
+		return reprise.Version(ctx, "at-once", reprise.DefaultVersion, 1), nil
+	})
+	// settled waits once more for a step it has the result of.
+	settled := reprise.NewWorkflow("settled", func(ctx context.Context, _ int) (int, error) {
+		f := reprise.Go(ctx, one, 0)
+		if _, err := f.Get(ctx); err != nil {
+			return 0, err
+		}
+		v := reprise.Version(ctx, "settled", reprise.DefaultVersion, 2)
+		n, err := f.Get(ctx)
+		return n + v, err
+	})
+	// chain continues as new in its first write, then after a step, and
+	// completes after a step, with a marker before each end.
+	chain := reprise.NewWorkflow("chain", func(ctx context.Context, n int) (int, error) {
+		if n > 0 {
+			if _, err := reprise.Step(ctx, one, n); err != nil {
+				return 0, err
+			}
+		}
+		v := reprise.Version(ctx, fmt.Sprint("chain-", n), reprise.DefaultVersion, n+1)
+		if n < 2 {
+			return 0, reprise.ContinueAsNew(ctx, n+1)
+		}
+		return v, nil
+	})
+	e := reprisetest.Run(t, reprise.Config{Store: st}, one, atOnce, settled, chain)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	for _, c := range []struct {
+		start func() (string, error)
+		// want is the history, each event as execution:type, or
+		// execution:type@position=version for a marker.
+		want string
+	}{{
+		start: func() (string, error) { h, err := atOnce.Start(ctx, e, 0); return runID(h, err) },
+		want:  "1:RunStarted 1:VersionMarker@1=1 1:RunCompleted",
+	}, {
+		start: func() (string, error) { h, err := settled.Start(ctx, e, 0); return runID(h, err) },
+		want: "1:RunStarted 1:StepScheduled 1:AttemptStarted 1:StepCompleted 1:VersionMarker@2=2 " +
+			"1:RunCompleted",
+	}, {
+		start: func() (string, error) { h, err := chain.Start(ctx, e, 0); return runID(h, err) },
+		want: "1:RunStarted 1:VersionMarker@1=1 1:RunContinuedAsNew " +
+			"2:RunStarted 2:StepScheduled 2:AttemptStarted 2:StepCompleted 2:VersionMarker@2=2 2:RunContinuedAsNew " +
+			"3:RunStarted 3:StepScheduled 3:AttemptStarted 3:StepCompleted 3:VersionMarker@2=3 3:RunCompleted",
+	}} {
+		id, err := c.start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Wait(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		events, err := e.History(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, ev := range events {
+			s := fmt.Sprintf("%d:%s", ev.Execution, ev.Type)
+			if ev.Type == store.EventVersionMarker {
+				s += fmt.Sprintf("@%d=%d", ev.Position, ev.Version)
+			}
+			got = append(got, s)
+		}
+		if g := strings.Join(got, " "); g != c.want {
+			t.Errorf("history of %s:\n got %s\nwant %s", id, g, c.want)
+		}
+	}
+}
+
+// runID is the id of a run started with handle h, or err.
+func runID[O any](h *reprise.Handle[O], err error) (string, error) {
+	if err != nil {
+		return "", err
+	}
+	return h.ID, nil
+}
+
 func TestRedriveGivesAFreshBudget(t *testing.T) {
 	t.Parallel()
 	var fixed atomic.Bool
@@ -383,7 +590,7 @@ func TestRedriveGivesAFreshBudget(t *testing.T) {
 	}
 	events := env.History(h.ID)
 	red := eventsOf(events, store.EventRunRedriven)
-	if len(red) != 1 || red[0].Reason != "alice" {
+	if len(red) != 1 || red[0].By != "alice" {
 		t.Errorf("RunRedriven = %+v", red)
 	}
 	if n := len(eventsOf(events, store.EventAttemptStarted)); n != 4 {

@@ -36,7 +36,8 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) {
 		return reprise.Step(ctx, hold, n)
 	})
-	e := reprisetest.Run(t, reprise.Config{Store: counted, WorkerID: "engine-a"}, wf, hold)
+	obs := &idleness{}
+	e := reprisetest.Run(t, reprise.Config{Store: counted, WorkerID: "engine-a", Observer: obs}, wf, hold)
 	t.Cleanup(func() { close(release) })
 
 	h, err := wf.Start(t.Context(), e, 1)
@@ -53,7 +54,7 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 		last = events[len(events)-1].Seq
 		return events[len(events)-1].Type == store.EventAttemptStarted
 	})
-	idle := func() bool { busy, _, _ := e.Activity(); return busy == 0 }
+	idle := obs.idle
 	waitFor(t, idle)
 	base := counted.reads.Load()
 

@@ -9,8 +9,16 @@ import (
 
 // An Observer hears what the engine decides, as it decides it: attempts
 // starting and ending (with the policy's decision), runs ending, leases
-// lapsing, stale results refused. Package metrics turns these into
-// Prometheus metrics.
+// lapsing, stale results refused; and when the engine turns busy and idle.
+// Package metrics turns the decisions into Prometheus metrics; package
+// reprisetest's clock moves when the engine is idle.
+//
+// A retry scheduled and a step failed are not events of their own: they
+// are AttemptEnded's decision, reported with the attempt whose failure
+// decided them. Retry says the step is retried after Delay; a failed
+// attempt without Retry failed its step, for StopReason. Every step
+// failure is decided on an attempt's failure (its own, its timeout, or its
+// lease lapsing), so AttemptEnded reports each one, once.
 //
 // The engine calls an Observer from its own goroutines, off its locks, and
 // waits for each call: implementations must be fast, non-blocking and safe
@@ -35,6 +43,28 @@ type Observer interface {
 	StaleResultRefused(AttemptInfo)
 	// RunEnded reports a run that this engine ended, or cancelled.
 	RunEnded(RunEnd)
+	// EngineBusy reports that the engine has work in flight, where it
+	// had none: a goroutine of its own at work (claiming, replaying a
+	// run, starting an attempt or recording its outcome, firing timers,
+	// reaping leases, looking for runs), or a wake-up sent to one and
+	// not yet taken. An engine starts idle.
+	EngineBusy()
+	// EngineIdle reports that the engine has no work in flight any more,
+	// but steps attempts inside step code, which the engine does not
+	// count as work (a step may wait for the clock: its timeout). It does
+	// nothing more until something wakes it: a timer of its Clock, a
+	// step returning, a store's notice, or a call (StartRun, Signal,
+	// ClaimTasks...). A test clock may move time then (package
+	// reprisetest does). A goroutine that has just taken a timer's tick
+	// is not counted until it starts its work: a test clock waits a
+	// little before it trusts an idle engine.
+	//
+	// EngineBusy and EngineIdle alternate, one call at a time, in the
+	// order the engine turned busy and idle. Unlike the other methods,
+	// they are called under a lock of their own, at times while the
+	// engine holds its own: they must be quick and must not call the
+	// engine.
+	EngineIdle(steps int)
 }
 
 // NopObserver is an Observer that does nothing; embed it in an Observer
@@ -46,6 +76,8 @@ func (NopObserver) AttemptEnded(AttemptEnd)        {}
 func (NopObserver) LeaseLapsed(AttemptInfo)        {}
 func (NopObserver) StaleResultRefused(AttemptInfo) {}
 func (NopObserver) RunEnded(RunEnd)                {}
+func (NopObserver) EngineBusy()                    {}
+func (NopObserver) EngineIdle(int)                 {}
 
 // AttemptInfo names an attempt.
 type AttemptInfo struct {
@@ -84,8 +116,9 @@ type AttemptEnd struct {
 	ErrorType string
 	// Duration is how long the attempt ran, by the engine's clock.
 	Duration time.Duration
-	// Retry says the step is retried after Delay. When false and the
-	// attempt failed, the step failed for StopReason.
+	// Retry says the step is retried after Delay: a retry is scheduled.
+	// When false and the attempt failed (not ok, not cancelled), the
+	// step failed for StopReason.
 	Retry      bool
 	Delay      time.Duration
 	StopReason retry.Reason

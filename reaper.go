@@ -34,7 +34,6 @@ func (e *Engine) reap(ctx context.Context) {
 			e.cfg.Observer.LeaseLapsed(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
 			e.observeFail(t, retry.NewError(p.Error.Type, p.Error.Message), p)
 		}
-		e.act.Add(1)
 		e.deliver(o)
 	}
 }

@@ -52,7 +52,6 @@ func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, 
 	if err != nil {
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
-	e.act.Add(int64(len(tasks)))
 	if e.cfg.Observer != nil {
 		for _, t := range tasks {
 			e.cfg.Observer.AttemptStarted(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})

@@ -185,7 +185,8 @@ func (r *replayer) take() int {
 // await blocks until one of fs has an outcome and returns its index. Among
 // several, the one recorded first wins; while some are still open, a
 // winner is only taken once every event before it is known, so that live
-// execution and replay agree.
+// execution and replay agree. It cancels nothing: Select cancels the
+// losers after (cancelLosers).
 func (r *replayer) await(fs ...*future) int {
 	if len(fs) > 1 && len(r.unrecorded) > 0 {
 		r.flush() // a select orders outcomes by their place in the history
@@ -211,9 +212,6 @@ func (r *replayer) await(fs ...*future) int {
 			if w.signal != "" {
 				r.taken[w.signal]++
 				w.signal = "" // consumed: it keeps its payload
-			}
-			if len(fs) > 1 {
-				r.cancelLosers(fs, win)
 			}
 			return win
 		}
@@ -391,20 +389,20 @@ func (r *replayer) apply(events []Event) {
 			}
 		case store.EventVersionMarker:
 			if _, ok := r.cmds[ev.Position]; !ok {
-				r.cmds[ev.Position] = &command{kind: cmdMarker, name: ev.Step, version: ev.Version, fut: &future{pos: ev.Position, done: true}}
+				r.cmds[ev.Position] = &command{kind: cmdMarker, name: ev.Change, version: ev.Version, fut: &future{pos: ev.Position, done: true}}
 			}
 		case store.EventStepCancelRequested:
 			r.resolve(ev, nil, ErrStepCancelled)
 		case store.EventSignalReceived:
-			r.signals[ev.Step] = append(r.signals[ev.Step], ev)
+			r.signals[ev.Signal] = append(r.signals[ev.Signal], ev)
 		case store.EventChildCompleted:
 			r.resolve(ev, ev.Output, nil)
 		case store.EventChildFailed:
-			info := ErrorInfo{Type: "ChildCancelled", Message: "child run " + ev.Reason}
+			info := ErrorInfo{Type: "ChildCancelled", Message: "child run " + string(ev.ChildStatus)}
 			if ev.Error != nil {
 				info = *ev.Error
 			}
-			r.resolve(ev, nil, &ChildError{RunID: ev.Child, Status: RunStatus(ev.Reason), Type: info.Type, Message: info.Message,
+			r.resolve(ev, nil, &ChildError{RunID: ev.Child, Status: ev.ChildStatus, Type: info.Type, Message: info.Message,
 				StepError: stepError(&info)})
 		case store.EventRunRedriven:
 			// The failed step gets new attempts: its outcome is open again.

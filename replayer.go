@@ -82,7 +82,10 @@ type replayer struct {
 	// seen is the seq up to which the replayer has every event, applied or
 	// in its inbox: a notice of an outcome up to it is old news.
 	seen int64
-	wake chan struct{}
+	// wake holds a wake-up for what push put in the inbox; exited says
+	// that the goroutine ended, and takes no more.
+	wake   chan struct{}
+	exited bool
 	// pollAt is when the replayer next reads its history in case a notice of
 	// an outcome was lost, pollEvery the wait after that (see pollDue).
 	pollAt    time.Time
@@ -129,6 +132,10 @@ func newReplayer(e *Engine, lease store.RunLease, wf *workflowEntry) *replayer {
 // for the next wake-up (with no events: always). It never blocks.
 func (r *replayer) push(events []Event) {
 	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exited {
+		return
+	}
 	r.inbox = append(r.inbox, events...)
 	if n := len(events); n > 0 {
 		r.pollAt = time.Time{}
@@ -138,16 +145,17 @@ func (r *replayer) push(events []Event) {
 			r.seen = max(r.seen, events[n-1].Seq)
 		}
 	}
-	r.mu.Unlock()
 	if len(events) > 0 && !wakes(events) {
 		return
 	}
 	// A wake-up not yet taken counts as busy; the replayer inherits it.
-	r.e.busy.Add(1)
+	// It is sent under r.mu, after what it stands for: one left untaken
+	// when block takes the inbox stands for what block took.
+	r.e.act.add(1)
 	select {
 	case r.wake <- struct{}{}:
 	default:
-		r.e.busy.Add(-1)
+		r.e.act.add(-1)
 	}
 }
 
@@ -199,13 +207,32 @@ func (r *replayer) pollDue(now time.Time, first, most time.Duration) bool {
 	return true
 }
 
+// dropWake drops a wake-up sent for what the replayer has taken, or
+// will never take, and its count as busy. r.mu must be held.
+func (r *replayer) dropWake() {
+	select {
+	case <-r.wake:
+		r.e.act.add(-1)
+	default:
+	}
+}
+
+// exit stops the pushes to a replayer whose goroutine ends.
+func (r *replayer) exit() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.exited = true
+	r.dropWake()
+}
+
 // stop makes the workflow goroutine exit at its next wait.
 func (r *replayer) stop(cause error) { r.cancel(cause) }
 
 // run executes the workflow to its end, or until it must stop.
 func (r *replayer) run(fresh bool) {
 	e := r.e
-	defer e.busy.Add(-1) // added by launch
+	defer e.act.add(-1) // added by launch
+	defer r.exit()
 	if fresh {
 		r.synced = 1 // RunStarted
 	} else {
@@ -239,7 +266,9 @@ func (r *replayer) run(fresh bool) {
 		e.replayerDone(r, false)
 		return
 	}
-	// Pending select cancels go with the end, so the history says so.
+	// Pending select cancels and version markers go with the end, so the
+	// history says so; steps, timers and children not waited for are
+	// dropped with it (see create).
 	token := r.token.Load()
 	var adv *store.Advanced
 	var err error
@@ -251,7 +280,7 @@ func (r *replayer) run(fresh bool) {
 		}
 	} else {
 		adv, err = e.store.RunAdvance(e.storeCtx, &store.RunAdvanceParams{
-			RunID: r.id, Token: token, Completed: r.unrecorded, Cancels: r.cancels, Finish: finish,
+			RunID: r.id, Token: token, Completed: r.unrecorded, Markers: r.markers, Cancels: r.cancels, Finish: finish,
 		})
 	}
 	switch {
@@ -349,14 +378,14 @@ func (r *replayer) unconsumed() int {
 // block waits for pushed events, or exits if the run must stop.
 func (r *replayer) block() {
 	r.e.releaseClaim(r)
-	r.e.busy.Add(-1)
+	r.e.act.add(-1)
 	select {
 	case <-r.wake:
 	case <-r.ctx.Done():
 		select {
 		case <-r.wake:
 		default:
-			r.e.busy.Add(1)
+			r.e.act.add(1)
 		}
 	}
 	if r.ctx.Err() != nil {
@@ -365,6 +394,7 @@ func (r *replayer) block() {
 	r.mu.Lock()
 	events, stale, handed := r.inbox, r.stale, r.handed
 	r.inbox, r.stale, r.handed, r.waitingFor = nil, false, nil, 0
+	r.dropWake()
 	r.mu.Unlock()
 	r.apply(events)
 	if handed != nil {

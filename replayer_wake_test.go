@@ -9,7 +9,7 @@ import (
 // may have to act on, and by a push without events, but not by attempts
 // started and failed alone, which wait in its inbox.
 func TestPushWakesForWhatSettles(t *testing.T) {
-	r := &replayer{e: &Engine{}, wake: make(chan struct{}, 1), seen: 1} // RunStarted
+	r := &replayer{e: &Engine{act: newActivity(NopObserver{})}, wake: make(chan struct{}, 1), seen: 1} // RunStarted
 	woken := func() bool {
 		select {
 		case <-r.wake:
@@ -40,7 +40,7 @@ func TestPushWakesForWhatSettles(t *testing.T) {
 	if len(r.inbox) != 5 {
 		t.Errorf("inbox holds %d events, want all 5", len(r.inbox))
 	}
-	if busy := r.e.busy.Load(); busy != 3 {
+	if busy := r.e.act.n.Load(); busy != 3 {
 		t.Errorf("busy %d, want 3: one per wake-up not yet taken", busy)
 	}
 }

@@ -24,7 +24,7 @@ func (e *Engine) claimRuns(ctx context.Context) {
 		case <-t.C():
 		case <-e.claimc:
 		}
-		e.busy.Add(1)
+		e.act.add(1)
 		if now := e.clock.Now(); now.Sub(lastRenew) >= renewEvery {
 			if err := e.store.RunRenew(ctx, &store.RunRenewParams{Owner: e.id, LeaseTTL: e.cfg.RunLeaseTTL}); err != nil && ctx.Err() == nil {
 				e.log.Warn("renew run leases", "err", err)
@@ -39,7 +39,7 @@ func (e *Engine) claimRuns(ctx context.Context) {
 		if _, ok := e.store.(store.Notifier); ok {
 			e.pollReplayers(e.clock.Now())
 		}
-		e.busy.Add(-1)
+		e.act.add(-1)
 		if !t.Stop() {
 			select {
 			case <-t.C():
@@ -165,8 +165,7 @@ func (e *Engine) startReplayer(lease store.RunLease, fresh, claimed bool) {
 
 // launch starts a replayer's goroutine, counted in e.replayersWG already.
 func (e *Engine) launch(r *replayer, fresh bool) {
-	e.act.Add(1)
-	e.busy.Add(1) // run takes it back
+	e.act.add(1) // run takes it back
 	e.goroutines.Go(func() { r.run(fresh) })
 }
 
@@ -179,7 +178,6 @@ func (e *Engine) replayerDone(r *replayer, finished bool) {
 	}
 	e.mu.Unlock()
 	r.cancel(nil)
-	e.act.Add(1)
 	// Waiters skip reading a resident run and count on this: with the end
 	// state, or with nil to read the run, which may have ended otherwise
 	// (cancelled, say) or moved to another engine.

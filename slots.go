@@ -44,7 +44,29 @@ func (e *Engine) stepRoomLocked(s *stepEntry) int {
 	if c <= 0 {
 		return -1
 	}
-	return c - e.perStep[s.name] - e.reservedBy[s.name] - e.waitingForLocked(s.name)
+	return max(0, c-e.perStep[s.name]-e.reservedBy[s.name]-e.waitingForLocked(s.name))
+}
+
+// stepFullLocked says whether step name is at its own concurrency limit.
+// e.mu must be held.
+func (e *Engine) stepFullLocked(name string) bool {
+	s := e.steps[name]
+	return s != nil && e.stepRoomLocked(s) == 0
+}
+
+// stepsWithRoom returns the names of the steps this engine runs that are
+// not at their own concurrency limit: those whose ready tasks a claim
+// would take. It is never nil (nil would ask NextWake for every step).
+func (e *Engine) stepsWithRoom() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.steps))
+	for name, s := range e.steps {
+		if e.stepRoomLocked(s) != 0 {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // waitingForLocked counts the attempts of step name waiting for a slot.
@@ -91,18 +113,16 @@ func (e *Engine) leaveSlotLocked(a *attempt) []*attempt {
 	if !a.inSlot {
 		return nil
 	}
-	full := e.roomLocked() <= 0
-	if s := e.steps[a.task.Step]; s != nil && e.stepRoomLocked(s) == 0 {
-		full = true
-	}
+	full := e.roomLocked() <= 0 || e.stepFullLocked(a.task.Step)
 	a.inSlot = false
 	e.inSlots--
 	e.perStep[a.task.Step]--
 	resumed := e.slotsForWaitingLocked()
 	e.roomFreedLocked()
-	// The dispatcher claims while it has room anyway: only a full engine,
-	// or step, needs telling.
-	if full && len(resumed) == 0 {
+	// The dispatcher claims while it has room anyway, for the steps that
+	// have room (see nextWake): only a full engine, or step, needs
+	// telling, once the waiting retries have taken their slots.
+	if full && e.roomLocked() > 0 && !e.stepFullLocked(a.task.Step) {
 		e.kick()
 	}
 	return resumed
@@ -185,9 +205,7 @@ func (e *Engine) dropWaiting() {
 		w.end(ErrShutdown)
 		// One stopped while it waited was counted busy, as if in step
 		// code (attempt.stop); it will not run to take that back.
-		if !w.stopping.CompareAndSwap(false, true) {
-			e.busy.Add(-1)
-		}
+		e.act.dropped(w)
 	}
 }
 

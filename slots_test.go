@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/clock"
 	"reprise/reprisetest"
 	"reprise/sqlite"
 )
@@ -270,26 +271,6 @@ func testConcurrencyLimits(t *testing.T, fails int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// still waits until the attempts in step code stop coming. (Not until
-	// the engine is idle: its dispatcher keeps looking for work while a
-	// step at its limit holds back ready tasks.)
-	still := func() {
-		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		var last, lastProgress int64 = -1, -1
-		for stable := 0; stable < 40; time.Sleep(500 * time.Microsecond) {
-			if time.Now().After(deadline) {
-				t.Fatal("steps kept starting for 30s")
-			}
-			_, steps, progress := env.Engine.Activity()
-			if steps == last && progress == lastProgress && env.Clock.Pending() == 0 {
-				stable++
-			} else {
-				stable = 0
-			}
-			last, lastProgress = steps, progress
-		}
-	}
 	ended := func() bool {
 		run, err := env.Engine.GetRun(t.Context(), h.ID)
 		if err != nil {
@@ -299,7 +280,7 @@ func testConcurrencyLimits(t *testing.T, fails int) {
 	}
 	waitFor(t, func() bool { return all.now.Load() >= 3 }) // several run at once
 	for letGo := int32(0); ; {
-		still()
+		settle(t, env)
 		inside := all.now.Load()
 		if inside == 0 {
 			if ended() {
@@ -327,4 +308,233 @@ func testConcurrencyLimits(t *testing.T, fails int) {
 	if p := all.peak.Load(); p > 5 || p < 3 {
 		t.Errorf("%d steps ran at once, engine limit 5", p)
 	}
+}
+
+// countsWakes is a real store that counts the calls of NextWake.
+type countsWakes struct {
+	store.Store
+	wakes atomic.Int64
+}
+
+func (s *countsWakes) NextWake(ctx context.Context, p *store.NextWakeParams) (store.Wake, error) {
+	s.wakes.Add(1)
+	return s.Store.NextWake(ctx, p)
+}
+
+// TestStepAtItsLimitLeavesTheDispatcherAsleep: while a step at its own
+// concurrency limit holds back ready tasks of its own, with slots free in
+// the engine, the dispatcher sleeps instead of asking the store, again and
+// again, for the tasks it would not claim; and it claims the next one as
+// soon as the step frees its slot, the clock standing still.
+func TestStepAtItsLimitLeavesTheDispatcherAsleep(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(reprisetest.Start)
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st := &countsWakes{Store: db}
+	var inside gauge
+	proceed := make(chan struct{})
+	narrow := reprise.NewStep("narrow", func(ctx context.Context, n int) (int, error) {
+		inside.enter()
+		defer inside.exit()
+		select {
+		case <-proceed:
+			return n, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}, reprise.WithConcurrency(1))
+	const steps = 4
+	wf := reprise.NewWorkflow("narrow", func(ctx context.Context, _ int) (int, error) {
+		var fs []*reprise.Future[int]
+		for i := range steps {
+			fs = append(fs, reprise.Go(ctx, narrow, i))
+		}
+		sum := 0
+		for _, f := range fs {
+			n, err := f.Get(ctx)
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	})
+	e := reprisetest.Run(t, reprise.Config{Store: st, Clock: fake, MaxConcurrentSteps: 4, PollInterval: time.Hour}, narrow, wf)
+	h, err := wf.Start(t.Context(), e, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range steps {
+		waitFor(t, func() bool { return inside.now.Load() == 1 })
+		// The dispatcher finishing the pass that claimed this attempt,
+		// and kicked by its lease, looks a few times more; one that spins
+		// looks thousands of times.
+		from, held := st.wakes.Load(), time.Now()
+		for time.Since(held) < 100*time.Millisecond {
+			if n := st.wakes.Load() - from; n > 10 {
+				t.Fatalf("step %d of %d holds the step's one slot: %d NextWake calls within %v, want at most 10",
+					i+1, steps, n, time.Since(held).Round(time.Millisecond))
+			}
+			time.Sleep(time.Millisecond)
+		}
+		proceed <- struct{}{}
+	}
+	wait, stop := context.WithTimeout(t.Context(), 30*time.Second)
+	defer stop()
+	if sum, err := h.Result(wait); err != nil || sum != 0+1+2+3 {
+		t.Fatalf("result %d, %v", sum, err)
+	}
+	if p := inside.peak.Load(); p != 1 {
+		t.Errorf("%d attempts ran at once, limit 1", p)
+	}
+}
+
+// TestLoweredLimitClaimsNoMore: a step registered again with a lower
+// concurrency limit than it has attempts running is full, not unlimited:
+// the engine claims none of its ready tasks until it is under the limit.
+func TestLoweredLimitClaimsNoMore(t *testing.T) {
+	t.Parallel()
+	var inside gauge
+	proceed := make(chan struct{})
+	work := func(ctx context.Context, n int) (int, error) {
+		inside.enter()
+		defer inside.exit()
+		select {
+		case <-proceed:
+			return n, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	wide := reprise.NewStep("narrow", work, reprise.WithConcurrency(2))
+	narrow := reprise.NewStep("narrow", work, reprise.WithConcurrency(1))
+	const steps = 4
+	wf := reprise.NewWorkflow("narrow", func(ctx context.Context, _ int) (int, error) {
+		var fs []*reprise.Future[int]
+		for i := range steps {
+			fs = append(fs, reprise.Go(ctx, wide, i))
+		}
+		sum := 0
+		for _, f := range fs {
+			n, err := f.Get(ctx)
+			if err != nil {
+				return 0, err
+			}
+			sum += n
+		}
+		return sum, nil
+	})
+	env := reprisetest.New(t, nil, wf, wide)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return inside.now.Load() == 2 })
+	if err := env.Engine.Register(narrow); err != nil {
+		t.Fatal(err)
+	}
+	settle(t, env)
+	if n := countEvents(env.History(h.ID), store.EventAttemptStarted); n != 2 {
+		t.Errorf("%d attempts started (leased) while 2 ran at a limit lowered to 1, want 2", n)
+	}
+	for range steps {
+		proceed <- struct{}{}
+	}
+	if run := env.Wait(h.ID); run.Status != reprise.RunCompleted {
+		t.Fatalf("run %s: %+v", run.Status, run.Error)
+	}
+}
+
+// failsFirstSchedule is a real store whose first write that schedules
+// steps (a run's create with its first advance, or an advance) waits for
+// release, then fails.
+type failsFirstSchedule struct {
+	countsWakes
+	once    sync.Once
+	held    chan struct{}
+	release chan struct{}
+}
+
+// hold reports whether to fail this write, after release.
+func (s *failsFirstSchedule) hold(steps []store.StepSpec) (fail bool) {
+	if len(steps) == 0 {
+		return false
+	}
+	s.once.Do(func() {
+		fail = true
+		s.held <- struct{}{}
+		<-s.release
+	})
+	return fail
+}
+
+func (s *failsFirstSchedule) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.RunLease, bool, error) {
+	if p.First != nil && s.hold(p.First.Steps) {
+		return store.RunLease{}, false, errors.New("store unavailable")
+	}
+	return s.Store.RunCreate(ctx, p)
+}
+
+func (s *failsFirstSchedule) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*store.Advanced, error) {
+	if s.hold(p.Steps) {
+		return nil, errors.New("store unavailable")
+	}
+	return s.Store.RunAdvance(ctx, p)
+}
+
+// TestRoomGivenBackWakesTheDispatcher: a step whose one slot was reserved
+// for a step being scheduled, when the dispatcher looked, gets it back when
+// that write fails; the dispatcher, which left the step out of its look,
+// is woken to claim the step's ready task at once, the clock standing
+// still.
+func TestRoomGivenBackWakesTheDispatcher(t *testing.T) {
+	t.Parallel()
+	fake := clock.NewFake(reprisetest.Start)
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	st := &failsFirstSchedule{countsWakes: countsWakes{Store: db}, held: make(chan struct{}), release: make(chan struct{})}
+	one := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil }, reprise.WithConcurrency(1))
+	wf := reprise.NewWorkflow("one", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, one, n) })
+	e := reprisetest.Run(t, reprise.Config{Store: st, Clock: fake, PollInterval: time.Hour}, one, wf)
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(st.release) }) })
+	ctx := t.Context()
+
+	// A run's step is leased as it is scheduled: the step's one slot is
+	// reserved for it while the write is held.
+	// (An eager start holds StartRun; a start before the engine runs
+	// creates the run for a claim, whose advance is held.)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		_, _ = wf.Start(ctx, e, 0) // fails, or its run's first advance does
+	}()
+	<-st.held
+	// Another process schedules a step of the same name: ready, and the
+	// dispatcher, told, looks while the step has no room.
+	other, _, err := db.RunCreate(ctx, &store.RunCreateParams{ID: "other", Workflow: "elsewhere", Owner: "elsewhere", LeaseTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RunAdvance(ctx, &store.RunAdvanceParams{RunID: "other", Token: other.Token,
+		Steps: []store.StepSpec{{Position: 1, Name: "one", Input: []byte("0"), IdempotencyKey: "other-1"}}}); err != nil {
+		t.Fatal(err)
+	}
+	looked := st.wakes.Load()
+	e.Notify(store.Notice{Kind: store.NoticeTaskReady})
+	waitFor(t, func() bool { return st.wakes.Load() > looked })
+	// The create fails: the slot is free again.
+	release.Do(func() { close(st.release) })
+	<-started
+	waitFor(t, func() bool {
+		events, err := db.HistoryList(ctx, &store.HistoryListParams{RunID: "other"})
+		return err == nil && countEvents(events, store.EventAttemptStarted) == 1
+	})
 }

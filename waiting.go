@@ -82,9 +82,9 @@ func (e *Engine) watchWaiting(ctx context.Context) {
 			return
 		case <-t.C():
 		}
-		e.busy.Add(1)
+		e.act.add(1)
 		logged = e.logWaiting(ctx, after, logged)
-		e.busy.Add(-1)
+		e.act.add(-1)
 		t.Reset(every)
 	}
 }

@@ -135,7 +135,7 @@ func (f *Future[O]) Done() bool { return f.f.done }
 
 func (f *Future[O]) future() *future { return f.f }
 
-// An Awaitable is a future of any type, for Select.
+// An Awaitable is a future of any type, for Select and WaitAny.
 type Awaitable interface{ future() *future }
 
 // Step calls step s with input in and waits for its outcome.
@@ -179,14 +179,57 @@ func Sleep(ctx context.Context, d time.Duration) error {
 
 // Select waits until one of fs has an outcome and returns its index. When
 // several have one, the first recorded in the history wins, so a replay
-// picks the same winner.
+// picks the same winner. The others lose: they are cancelled, and their
+// Get returns ErrStepCancelled. WaitAny waits the same way and cancels
+// nothing.
 func Select(ctx context.Context, fs ...Awaitable) int {
 	r := mustReplayer(ctx, "Select")
+	list := futures(fs)
+	win := r.await(list...)
+	if len(list) > 1 {
+		r.cancelLosers(list, win)
+	}
+	return win
+}
+
+// WaitAny waits until one of fs has an outcome and returns its index, as
+// Select does: the first outcome recorded in the history wins, so a replay
+// picks the same one. Unlike Select it cancels nothing: the others stay in
+// flight, for a later Get or WaitAny. The winner stays done, so leave it
+// out of the next WaitAny (given it again, WaitAny returns it again at
+// once). With no futures, WaitAny returns -1.
+//
+// A workflow that takes the results of its calls in the order they come:
+//
+//	pending := []*reprise.Future[Quote]{reprise.Go(ctx, quote, "north"), reprise.Go(ctx, quote, "south")}
+//	for len(pending) > 0 {
+//		fs := make([]reprise.Awaitable, len(pending))
+//		for i, f := range pending {
+//			fs[i] = f
+//		}
+//		i := reprise.WaitAny(ctx, fs...)
+//		q, err := pending[i].Get(ctx) // settled: returns at once
+//		if err != nil {
+//			return nil, err // the run's end drops the calls still in flight
+//		}
+//		pending = slices.Delete(pending, i, i+1)
+//		// act on q
+//	}
+func WaitAny(ctx context.Context, fs ...Awaitable) int {
+	r := mustReplayer(ctx, "WaitAny")
+	if len(fs) == 0 {
+		return -1
+	}
+	return r.await(futures(fs)...)
+}
+
+// futures returns the futures behind fs.
+func futures(fs []Awaitable) []*future {
 	list := make([]*future, len(fs))
 	for i, f := range fs {
 		list[i] = f.future()
 	}
-	return r.await(list...)
+	return list
 }
 
 // Now returns the workflow's time: the time of the latest history event it

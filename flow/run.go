@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,8 +19,9 @@ import (
 // (RunInput), so that a run keeps the version it started with, and a
 // replay, on any engine, needs nothing but the run. The workflow code is
 // deterministic: it issues step calls as futures from its one goroutine
-// and waits for them in the order it issued them, so that its decisions
-// depend only on the outcomes in the history.
+// and takes their outcomes in the order the history records them
+// (reprise.WaitAny, which cancels none of the others), so that its
+// decisions depend only on the history.
 //
 // History: a step call is scheduled under the engine name of its flow
 // step (Flow.EngineStep); its idempotency key starts with the flow step's
@@ -100,10 +102,8 @@ type execution struct {
 	runID  string
 	input  any
 	states map[string]*stepState
-	// queue holds the calls in flight in the order they were issued.
-	queue []*flight
-	// unflushed says skip markers were recorded (see flushMarkers).
-	unflushed bool
+	// calls holds the calls in flight, in the order they were issued.
+	calls []*flight
 }
 
 // execute is the flow workflow.
@@ -127,34 +127,31 @@ func execute(ctx context.Context, in RunInput) (json.RawMessage, error) {
 	}
 	for {
 		if err := x.advance(); err != nil {
-			x.flushMarkers()
 			return nil, err
 		}
-		if len(x.queue) == 0 {
+		if len(x.calls) == 0 {
 			break
 		}
-		// The calls are awaited in the order they were issued: a wait
-		// for whichever settles first would cancel the others (Select).
-		fl := x.queue[0]
-		x.queue = x.queue[1:]
-		out, err := fl.fut.Get(ctx)
+		fl := x.next()
+		out, err := fl.fut.Get(ctx) // settled: at once
 		if err := x.settle(fl, out, err); err != nil {
 			return nil, err
 		}
 	}
-	x.flushMarkers()
 	return x.output(), nil
 }
 
-// flushMarkers makes sure the skip markers reach the history before the
-// run ends: the engine writes a version marker with the workflow's next
-// wait that blocks, which a wait for a call already settled is not, and
-// the run's end does not write it. A timer of no time is such a wait.
-func (x *execution) flushMarkers() {
-	if x.unflushed {
-		reprise.Sleep(x.ctx, 0)
-		x.unflushed = false
+// next waits for the call in flight that settles first, in the order of
+// the history, and takes it out of the calls in flight. The others go on.
+func (x *execution) next() *flight {
+	fs := make([]reprise.Awaitable, len(x.calls))
+	for i, fl := range x.calls {
+		fs[i] = fl.fut
 	}
+	i := reprise.WaitAny(x.ctx, fs...)
+	fl := x.calls[i]
+	x.calls = slices.Delete(x.calls, i, i+1)
+	return fl
 }
 
 // advance starts every step whose needs completed, and skips those that
@@ -188,7 +185,6 @@ func (x *execution) advance() error {
 			}
 			st.status = skipped
 			reprise.Version(x.ctx, SkipMarker+s.Name, 1, 1)
-			x.unflushed = true
 			continue
 		}
 		if ready {
@@ -303,7 +299,7 @@ func (x *execution) issue(st *stepState, index int, in json.RawMessage) {
 	}
 	fut := reprise.GoCall[json.RawMessage](x.ctx, x.f.EngineStep(s), arg, opts...)
 	st.inflight++
-	x.queue = append(x.queue, &flight{st: st, index: index, fut: fut})
+	x.calls = append(x.calls, &flight{st: st, index: index, fut: fut})
 }
 
 // key is the idempotency key of a step call: the flow step's name, the
@@ -371,15 +367,15 @@ func (x *execution) fail(st *stepState, call *reprise.Future[json.RawMessage], e
 		return err
 	}
 	var mine []reprise.Awaitable
-	rest := x.queue[:0]
-	for _, fl := range x.queue {
+	rest := x.calls[:0]
+	for _, fl := range x.calls {
 		if fl.st == st {
 			mine = append(mine, fl.fut)
 		} else {
 			rest = append(rest, fl)
 		}
 	}
-	x.queue = rest
+	x.calls = rest
 	if len(mine) > 0 {
 		// A select cancels its losers; a settled future (or a timer
 		// of no time) wins at once.

@@ -496,7 +496,7 @@ func markers(events []store.Event) []string {
 	var out []string
 	for _, ev := range events {
 		if ev.Type == store.EventVersionMarker {
-			out = append(out, ev.Step)
+			out = append(out, ev.Change)
 		}
 	}
 	return out
@@ -557,6 +557,33 @@ steps:
 	}
 }
 
+// TestFlowSkipAtTheEndIsRecorded: a step skipped by the flow's last
+// decision, with nothing left in flight, is in the history as its marker.
+func TestFlowSkipAtTheEndIsRecorded(t *testing.T) {
+	t.Parallel()
+	svc := newService(t)
+	svc.on("/bad", func(call, int) (int, string) { return 400, "bad request" })
+	env, f := flowEnv(t, `
+flow: skip-last
+steps:
+  a:
+    http: URL/ok
+  broken:
+    needs: [a]
+    http: URL/bad
+    optional: true
+  uses_broken:
+    needs: [broken]
+    http: URL/ok
+goals: [a]
+`, svc)
+	run, events := runFlow(t, env, f, `null`)
+	wantStatus(t, run, reprise.RunCompleted)
+	if got := markers(events); !slices.Equal(got, []string{"skipped:uses_broken"}) {
+		t.Errorf("markers %v, want [skipped:uses_broken]", got)
+	}
+}
+
 func TestFlowOptionalForeachCancelsItsItems(t *testing.T) {
 	t.Parallel()
 	svc := newService(t)
@@ -594,6 +621,62 @@ goals: [other]
 	}
 	if n := len(svc.callsTo("/item")); n > 5 {
 		t.Errorf("%d calls: the slow item went on after its step failed", n)
+	}
+}
+
+// TestFlowSeesAFailureBehindAStuckItem: an item retried without end on a
+// 503 does not hide the failure of a call issued after it: the flow fails
+// at once with the 4xx, and a step whose needs completed starts meanwhile.
+func TestFlowSeesAFailureBehindAStuckItem(t *testing.T) {
+	t.Parallel()
+	svc := newService(t)
+	svc.on("/item", func(c call, n int) (int, string) {
+		if string(c.Input) == `"stuck"` {
+			return 503, "busy"
+		}
+		return 200, `{"success": true}`
+	})
+	svc.on("/check", func(call, int) (int, string) { return 404, "no such order" })
+	env, f := flowEnv(t, `
+flow: stuck
+steps:
+  each:
+    http: URL/item
+    foreach: ["stuck", "ok"]
+    work_config: {max_retries: -1, backoff: 60000, backoff_type: fixed}
+  quick:
+    http: URL/item
+  check:
+    needs: [quick]
+    http: URL/check
+`, svc)
+	run, _, err := flow.Start(t.Context(), env.Engine, f, json.RawMessage(`null`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stuck := func() int {
+		n := 0
+		for _, c := range svc.callsTo("/item") {
+			if string(c.Input) == `"stuck"` {
+				n++
+			}
+		}
+		return n
+	}
+	var got *store.Run
+	env.AdvanceUntil(func() bool {
+		got, err = env.Store.RunGet(t.Context(), run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Status.Final() || stuck() >= 3
+	})
+	wantStatus(t, got, reprise.RunFailed)
+	if got.Error.Type != "HTTP4xx" || !strings.Contains(got.Error.Message, "check") {
+		t.Errorf("run error %+v, want check's HTTP4xx", got.Error)
+	}
+	if n := stuck(); n != 1 {
+		t.Errorf("the stuck item was called %d times, want once: the flow failed before its retry", n)
 	}
 }
 

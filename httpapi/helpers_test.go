@@ -26,6 +26,7 @@ import (
 // SQLite database.
 type testServer struct {
 	e      *reprise.Engine
+	st     store.Store
 	c      *Client
 	url    string
 	token  string
@@ -86,7 +87,7 @@ func serveOn(t testing.TB, st store.Store, run bool, leaseTTL time.Duration, opt
 	if err := e.Register(defs...); err != nil {
 		t.Fatal(err)
 	}
-	h, err := NewHandler(e, opts)
+	h, err := NewHandler(e, st, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func serveOn(t testing.TB, st store.Store, run bool, leaseTTL time.Duration, opt
 		hs.Close()
 		stop()
 	})
-	return &testServer{e: e, c: c, url: hs.URL, token: opts.Token, handle: h}
+	return &testServer{e: e, st: st, c: c, url: hs.URL, token: opts.Token, handle: h}
 }
 
 // dropSchema drops a test's PostgreSQL schema. It runs in a cleanup,

@@ -25,6 +25,7 @@ import (
 	"reprise"
 	"reprise/httpstep"
 	"reprise/internal/runid"
+	"reprise/store"
 )
 
 // Options configure the handler. The zero value works.
@@ -72,6 +73,7 @@ type Options struct {
 // api serves the endpoints; its fields after opts are its state.
 type api struct {
 	e       *reprise.Engine
+	st      store.Store
 	opts    Options
 	tokens  [][sha256.Size]byte // the hashes of the accepted tokens
 	log     *slog.Logger
@@ -83,12 +85,14 @@ type api struct {
 	urls  map[stepVersion]string // the URLs of HTTP steps' versions read
 }
 
-// NewHandler returns the API of engine e: /v1/..., /metrics and /healthz,
-// as its contract, openapi.json, says.
+// NewHandler returns the API of engine e, whose store is st (the
+// Config.Store e was made with): /v1/..., /metrics and /healthz, as its
+// contract, openapi.json, says. It lists runs, reads histories and keeps
+// the steps registered through it in st.
 // The engine must be running (Engine.Run) for runs to make progress. It
-// reads the steps registered through the API from e's store (for up to
-// 30 s) and registers them on e, so that their runs go on (steps.go).
-func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
+// reads the steps registered through the API from st (for up to 30 s)
+// and registers them on e, so that their runs go on (steps.go).
+func NewHandler(e *reprise.Engine, st store.Store, opts Options) (http.Handler, error) {
 	if opts.MaxBodyBytes < 0 {
 		return nil, errors.New("httpapi: MaxBodyBytes is negative")
 	}
@@ -102,7 +106,7 @@ func NewHandler(e *reprise.Engine, opts Options) (http.Handler, error) {
 	if opts.MaxWait <= 0 {
 		opts.MaxWait = 60 * time.Second
 	}
-	a := &api{e: e, opts: opts, tokens: tokens, log: opts.Logger, caller: opts.Caller, steps: make(map[string]*Step),
+	a := &api{e: e, st: st, opts: opts, tokens: tokens, log: opts.Logger, caller: opts.Caller, steps: make(map[string]*Step),
 		urls: make(map[stepVersion]string)}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)

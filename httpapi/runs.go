@@ -152,7 +152,7 @@ func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	limit := p.Limit
 	p.Limit++ // one more tells whether there is a next page
-	runs, err := a.e.Store().RunList(r.Context(), p)
+	runs, err := a.st.RunList(r.Context(), p)
 	if err != nil {
 		a.internal(w, r, err)
 		return
@@ -278,7 +278,7 @@ func (a *api) waitForEvents(ctx context.Context, id string, seq int64, d time.Du
 	}()
 	defer func() { cancel(); <-finished }()
 	return poll(waitCtx, d, finished, func(ctx context.Context) (bool, error) {
-		events, err := a.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: seq})
+		events, err := a.st.HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: seq})
 		return len(events) > 0, err
 	})
 }
@@ -335,7 +335,7 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	events, err := a.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: lp.after})
+	events, err := a.st.HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: lp.after})
 	if err == nil && lp.wait > 0 && (len(events) == 0 || !lp.hasAfter) && !finished(events) {
 		// Wait for an event past what the client has, or past what there
 		// is now; a finished run has none to come.
@@ -346,7 +346,7 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 		var run *store.Run
 		if run, err = a.e.GetRun(ctx, id); err == nil && !run.Status.Final() {
 			if err = a.waitForEvents(ctx, id, seq, lp.wait); err == nil {
-				events, err = a.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: lp.after})
+				events, err = a.st.HistoryList(ctx, &store.HistoryListParams{RunID: id, AfterSeq: lp.after})
 			}
 		}
 	}

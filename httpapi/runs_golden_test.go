@@ -48,7 +48,7 @@ func requireGolden(t *testing.T, name string, body []byte) {
 func fakeServer(t *testing.T, cfg *reprise.Config, defs ...reprise.Definition) (*reprisetest.Env, *testServer) {
 	t.Helper()
 	env := reprisetest.New(t, cfg, defs...)
-	h, err := NewHandler(env.Engine, Options{})
+	h, err := NewHandler(env.Engine, env.Store, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func fakeServer(t *testing.T, cfg *reprise.Config, defs ...reprise.Definition) (
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return env, &testServer{e: env.Engine, c: c, url: hs.URL, handle: h}
+	return env, &testServer{e: env.Engine, st: env.Store, c: c, url: hs.URL, handle: h}
 }
 
 // TestGetRunFailedByAStep pins the error of a run that a step failed: the

@@ -299,7 +299,7 @@ func TestMetrics(t *testing.T) {
 
 func TestNewHandlerOptions(t *testing.T) {
 	t.Parallel()
-	if _, err := NewHandler(nil, Options{MaxBodyBytes: -1}); err == nil {
+	if _, err := NewHandler(nil, nil, Options{MaxBodyBytes: -1}); err == nil {
 		t.Error("negative MaxBodyBytes accepted")
 	}
 }

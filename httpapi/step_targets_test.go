@@ -154,11 +154,11 @@ func TestStepRedirectToRefusedTarget(t *testing.T) {
 
 func TestNewHandlerAllowStepHosts(t *testing.T) {
 	t.Parallel()
-	if _, err := NewHandler(nil, Options{AllowStepHosts: []string{"10.0.0.0/8", "10.0.0.0/33"}}); err == nil ||
+	if _, err := NewHandler(nil, nil, Options{AllowStepHosts: []string{"10.0.0.0/8", "10.0.0.0/33"}}); err == nil ||
 		!strings.Contains(err.Error(), `allowed host "10.0.0.0/33" is not a CIDR`) {
 		t.Errorf("a bad entry: %v", err)
 	}
-	if _, err := NewHandler(nil, Options{Caller: callerWith(t, nil), AllowStepHosts: []string{"10.0.0.0/8"}}); err == nil ||
+	if _, err := NewHandler(nil, nil, Options{Caller: callerWith(t, nil), AllowStepHosts: []string{"10.0.0.0/8"}}); err == nil ||
 		!strings.Contains(err.Error(), "AllowStepHosts configures the default Caller") {
 		t.Errorf("Caller and AllowStepHosts: %v", err)
 	}

@@ -111,7 +111,7 @@ func (a *api) reloadStep(ctx context.Context, name string) (*Step, error) {
 		defer a.mu.Unlock()
 		return a.steps[name], nil // nil for one not in Options.Steps
 	}
-	def, err := a.e.Store().StepDefGet(ctx, &store.StepDefGetParams{Name: name})
+	def, err := a.st.StepDefGet(ctx, &store.StepDefGetParams{Name: name})
 	if errors.Is(err, store.ErrNotFound) {
 		a.forgetStep(name)
 		return nil, nil
@@ -133,7 +133,7 @@ func (a *api) isGoStep(name string) bool {
 // loadSteps registers every stored step on the engine; a stored step of
 // a Go step's name is left out (and logged): the Go step wins.
 func (a *api) loadSteps(ctx context.Context) error {
-	defs, err := a.e.Store().StepDefList(ctx, &store.StepDefListParams{})
+	defs, err := a.st.StepDefList(ctx, &store.StepDefListParams{})
 	if err != nil {
 		return fmt.Errorf("load steps: %w", err)
 	}
@@ -244,7 +244,7 @@ func (a *api) registerStep(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	def, created, err := a.e.Store().StepDefine(r.Context(), &store.StepDefineParams{
+	def, created, err := a.st.StepDefine(r.Context(), &store.StepDefineParams{
 		Name: req.Name, Kind: req.Kind, URL: req.URL, Policy: policy,
 	})
 	if errors.Is(err, store.ErrStepKindChanged) {
@@ -356,7 +356,7 @@ func (a *api) stepURL(ctx context.Context, name string, v int) (string, error) {
 	if ok {
 		return u, nil
 	}
-	def, err := a.e.Store().StepDefGet(ctx, &store.StepDefGetParams{Name: name, Version: v})
+	def, err := a.st.StepDefGet(ctx, &store.StepDefGetParams{Name: name, Version: v})
 	switch {
 	case errors.Is(err, store.ErrNotFound) && v == 0:
 		return "", retry.Permanent(fmt.Errorf("step %s has no definition: register it with POST /v1/steps", name))
@@ -384,7 +384,7 @@ type stepList struct {
 // store; a step this server did not know is registered on its engine, and
 // one deleted is forgotten.
 func (a *api) listSteps(w http.ResponseWriter, r *http.Request) {
-	defs, err := a.e.Store().StepDefList(r.Context(), &store.StepDefListParams{})
+	defs, err := a.st.StepDefList(r.Context(), &store.StepDefListParams{})
 	if err != nil {
 		a.internal(w, r, err)
 		return
@@ -465,7 +465,7 @@ func (a *api) getStep(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	def, err := a.e.Store().StepDefGet(r.Context(), &store.StepDefGetParams{Name: name, Version: version})
+	def, err := a.st.StepDefGet(r.Context(), &store.StepDefGetParams{Name: name, Version: version})
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, notFound("step %q has no version %d", name, version))
@@ -495,7 +495,7 @@ func (a *api) deleteStep(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, conflict("name", "step %q is a Go step of this server; it cannot be deleted through the API", name))
 		return
 	}
-	err := a.e.Store().StepDefDelete(r.Context(), &store.StepDefDeleteParams{
+	err := a.st.StepDefDelete(r.Context(), &store.StepDefDeleteParams{
 		Name: name, Workflows: []string{oneStepWorkflow(name)}, Force: force,
 	})
 	switch {

@@ -65,13 +65,13 @@ func serveStore(t *testing.T, st store.Store, opts Options, defs ...reprise.Defi
 func (s *testServer) snapshot(t *testing.T) string {
 	t.Helper()
 	ctx := t.Context()
-	runs, err := s.e.Store().RunList(ctx, &store.RunListParams{Limit: 1000})
+	runs, err := s.st.RunList(ctx, &store.RunListParams{Limit: 1000})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var b strings.Builder
 	for _, run := range runs {
-		events, err := s.e.Store().HistoryList(ctx, &store.HistoryListParams{RunID: run.ID})
+		events, err := s.st.HistoryList(ctx, &store.HistoryListParams{RunID: run.ID})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +264,7 @@ func TestNewHandlerTokens(t *testing.T) {
 		{Token: "tab\there"},
 		{Tokens: []string{"ok-token", "naïve"}},
 	} {
-		if _, err := NewHandler(nil, opts); err == nil {
+		if _, err := NewHandler(nil, nil, opts); err == nil {
 			t.Errorf("%+v accepted", opts)
 		}
 	}

@@ -192,14 +192,13 @@ func refused(err error) bool {
 // no claim handed out and that is no task now, or reprise.ErrLeaseLost.
 // same is nil for a write that records nothing (a heartbeat).
 func (a *api) recorded(ctx context.Context, id, token int64, same func(*store.Event) bool) error {
-	st := a.e.Store()
-	attempts, err := st.TaskAttemptList(ctx, &store.TaskAttemptListParams{TaskID: id})
+	attempts, err := a.st.TaskAttemptList(ctx, &store.TaskAttemptListParams{TaskID: id})
 	if err != nil {
 		return err
 	}
 	if len(attempts) == 0 {
 		// No pull worker claimed it: a task of the engine's own, or none.
-		if _, err := st.TaskGet(ctx, id); err != nil {
+		if _, err := a.st.TaskGet(ctx, id); err != nil {
 			return err // ErrNotFound for none
 		}
 		return store.ErrLeaseLost
@@ -208,7 +207,7 @@ func (a *api) recorded(ctx context.Context, id, token int64, same func(*store.Ev
 		if at.Token != token || same == nil {
 			continue
 		}
-		events, err := st.HistoryList(ctx, &store.HistoryListParams{RunID: at.RunID})
+		events, err := a.st.HistoryList(ctx, &store.HistoryListParams{RunID: at.RunID})
 		if err != nil {
 			return err
 		}

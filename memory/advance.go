@@ -176,7 +176,7 @@ func (s *Store) advance(r *run, p *store.RunAdvanceParams, now time.Time) *store
 			add(store.Event{Type: store.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay, FireAt: fireAt})
 		case it.marker != nil:
 			m := it.marker
-			add(store.Event{Type: store.EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version})
+			add(store.Event{Type: store.EventVersionMarker, Position: m.Position, Change: m.Name, Version: m.Version})
 		case it.child != nil:
 			c := it.child
 			s.createChild(r, c, now)
@@ -275,8 +275,8 @@ func ends(f *store.RunFinish) (end, told store.Event) {
 			store.Event{Type: store.EventChildCompleted, Output: f.Output}
 	case store.RunFailed:
 		return store.Event{Type: store.EventRunFailed, Error: f.Error},
-			store.Event{Type: store.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+			store.Event{Type: store.EventChildFailed, Error: f.Error, ChildStatus: f.Status}
 	}
 	return store.Event{Type: store.EventRunCancelled, Error: f.Error},
-		store.Event{Type: store.EventChildFailed, Error: f.Error, Reason: string(f.Status)}
+		store.Event{Type: store.EventChildFailed, Error: f.Error, ChildStatus: f.Status}
 }

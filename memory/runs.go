@@ -210,7 +210,7 @@ func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 
 // RunCancel cancels an active run: appends RunCancelled, drops its work,
 // cancels its active children (and theirs) and, for a child, tells its
-// parent (ChildFailed, Reason "cancelled").
+// parent (ChildFailed, ChildStatus "cancelled").
 func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
 	now, err := s.begin(ctx)
 	if err != nil {
@@ -226,7 +226,7 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 	}
 	s.cancelRun(r, now, p.Reason)
 	if r.ParentID != "" {
-		s.tellParent(r, store.Event{Type: store.EventChildFailed, Reason: string(store.RunCancelled)}, now)
+		s.tellParent(r, store.Event{Type: store.EventChildFailed, ChildStatus: store.RunCancelled}, now)
 	}
 	return r.out(), nil
 }
@@ -266,7 +266,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 	r.Status, r.Output, r.Error = store.RunRunning, nil, nil
 	r.owner, r.leaseUntil = "", time.Time{}
 	r.appendEvents(now, store.Event{
-		Type: store.EventRunRedriven, Position: kept.Position, Step: kept.Step, Reason: p.By,
+		Type: store.EventRunRedriven, Position: kept.Position, Step: kept.Step, By: p.By,
 	})
 	return r.out(), nil
 }
@@ -288,6 +288,6 @@ func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*sto
 	case r.Status.Final():
 		return nil, fmt.Errorf("signal run %s: %w", p.RunID, store.ErrRunFinished)
 	}
-	events := r.appendEvents(now, store.Event{Type: store.EventSignalReceived, Step: p.Name, Input: p.Payload})
+	events := r.appendEvents(now, store.Event{Type: store.EventSignalReceived, Signal: p.Name, Input: p.Payload})
 	return &store.Outcome{RunID: r.ID, Owner: r.owner, Events: events}, nil
 }

@@ -3,12 +3,12 @@ package postgres_test
 import (
 	"encoding/json"
 	"fmt"
-	"reprise/store"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // BenchmarkStore runs whole store cycles in parallel (8 goroutines per

@@ -2,13 +2,13 @@ package postgres_test
 
 import (
 	"fmt"
-	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // openPools opens n stores, each with a pool of its own, on one schema, as

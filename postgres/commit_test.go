@@ -6,12 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"reprise/store"
 	"sync"
 	"testing"
 	"time"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // TestGroupCommit queues transitions behind one that waits for a row lock,
@@ -58,7 +58,7 @@ func TestGroupCommit(t *testing.T) {
 		}
 		return n
 	}
-	xmins := func(name string) int { return writers("data->>'step' = $1", name) }
+	xmins := func(name string) int { return writers("data->>'signal' = $1", name) }
 
 	got := group(map[string]func() error{
 		"one":   signal("r1", "one"),
@@ -80,7 +80,7 @@ func TestGroupCommit(t *testing.T) {
 			t.Errorf("signal %s written by %d transactions", name, n)
 		}
 	}
-	if shared := writers("data->>'step' IN ('one', 'two', 'three')"); shared != 1 {
+	if shared := writers("data->>'signal' IN ('one', 'two', 'three')"); shared != 1 {
 		t.Errorf("the group's signals were written by %d transactions, want 1", shared)
 	}
 	checkHistory(t, s, "r2", store.EventRunStarted, store.EventSignalReceived)

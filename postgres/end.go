@@ -159,7 +159,7 @@ func reportToParent(a *appender, tx *pgtx.Tx, run, parent *lockedRun, status sto
 
 // RunCancel cancels an active run: appends RunCancelled, ends the run,
 // drops its tasks and timers, cancels its active descendants, and reports
-// ChildFailed{Reason: "cancelled"} to its parent if it has an active one.
+// ChildFailed{ChildStatus: "cancelled"} to its parent if it has an active one.
 func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
 	var run *store.Run
 	err := s.committer.RunOwning(ctx, []*pgtx.Read{lockRunRead(s.clock(), p.ID, true)}, func(tx *pgtx.Tx) error {

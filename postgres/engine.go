@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
 
 	"github.com/jackc/pgx/v5"
+
+	"reprise/store"
 )
 
 // An engine's liveness is a session-level advisory lock, held on a

@@ -16,7 +16,10 @@ func ExampleOpen() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer s.Close()
+	// ... run engines on s; then, once they have stopped:
+	if err := s.Close(); err != nil {
+		log.Fatal(err)
+	}
 }
 
 // Listen delivers the notices of every process on the schema until ctx
@@ -29,7 +32,12 @@ func ExampleStore_Listen() {
 	}
 	defer s.Close()
 	done := make(chan error, 1)
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			log.Print(err)
+		}
+	}()
 	go func() { done <- s.Listen(ctx, onNotice) }()
 	// ... run the engine; notices arrive until ctx ends.
 }

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"reprise/store"
 	"sync"
 	"testing"
 	"time"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // TestMigrateFromVersion1 opens a store on a database that version 1 of

@@ -3,13 +3,13 @@ package postgres_test
 import (
 	"encoding/json"
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // TestEventsOfAWriteShareARow checks the history's layout: the events one

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // TestTaskFailLeaseNext has TaskFail start the next attempt at once: the

@@ -7,13 +7,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"path"
-	"reprise/store"
 	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"reprise/store"
 )
 
 //go:embed migrations/*.sql

@@ -2,7 +2,6 @@ package postgres_test
 
 import (
 	"errors"
-	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 func TestMigrateRefusesNewerSchema(t *testing.T) {

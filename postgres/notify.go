@@ -57,8 +57,9 @@ type notifier struct {
 }
 
 // publish queues the notices of a committed transaction and starts a
-// flush unless one is running.
-func (s *Store) publish(out []Notice) {
+// flush unless one is running. The flush outlives the transaction's call:
+// it runs under ctx without its cancellation.
+func (s *Store) publish(ctx context.Context, out []Notice) {
 	if len(out) == 0 {
 		return
 	}
@@ -78,12 +79,12 @@ func (s *Store) publish(out []Notice) {
 	if !n.flushing {
 		n.flushing = true
 		n.wg.Add(1)
-		go s.flush()
+		go s.flush(context.WithoutCancel(ctx))
 	}
 }
 
 // flush sends queued notices until none are left.
-func (s *Store) flush() {
+func (s *Store) flush(ctx context.Context) {
 	n := &s.notifier
 	defer n.wg.Done()
 	for {
@@ -96,8 +97,8 @@ func (s *Store) flush() {
 			return
 		}
 		n.mu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := s.pool.Exec(ctx, `
+		sendCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := s.pool.Exec(sendCtx, `
 			SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, payload)
 			FROM unnest($2::text[]) AS payload`,
 			s.channel, batch)

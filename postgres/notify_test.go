@@ -3,18 +3,18 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // listen runs s.Listen until the test ends and returns its notices.
 func listen(t *testing.T, s *postgres.Store) <-chan postgres.Notice {
 	t.Helper()
 	notices := make(chan postgres.Notice, 100)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	go func() { done <- s.Listen(ctx, func(n postgres.Notice) { notices <- n }) }()
 	t.Cleanup(func() {

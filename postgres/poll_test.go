@@ -2,15 +2,16 @@ package postgres_test
 
 import (
 	"context"
-	"reprise/store"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise"
+	"reprise/clock"
 	"reprise/postgres"
 	"reprise/reprisetest"
+	"reprise/store"
 )
 
 // readCounting is the store, counting history reads. listening is closed
@@ -40,14 +41,71 @@ func (s *readCounting) HistoryList(ctx context.Context, p *store.HistoryListPara
 	return s.Store.HistoryList(ctx, p)
 }
 
+// An idleWatch is the Observer of an engine on a fake clock: it keeps
+// whether the engine is busy, and counts the times it said so or said it
+// was idle.
+type idleWatch struct {
+	reprise.NopObserver
+
+	mu    sync.Mutex
+	busy  bool
+	turns int64
+}
+
+func (w *idleWatch) EngineBusy() {
+	w.mu.Lock()
+	w.busy = true
+	w.turns++
+	w.mu.Unlock()
+}
+
+func (w *idleWatch) EngineIdle(int) {
+	w.mu.Lock()
+	w.busy = false
+	w.turns++
+	w.mu.Unlock()
+}
+
+// settle waits, without moving the clock, until the engine has done what
+// it does at the clock's time: it said it was idle, took every timer that
+// fired, and said nothing more over 20 looks in a row (a goroutine that
+// has just taken a timer's tick is not busy yet). It fails the test after
+// a minute of real time.
+func (w *idleWatch) settle(t *testing.T, c *clock.Fake) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(500 * time.Microsecond)
+	defer tick.Stop()
+	last := int64(-1)
+	for still := 0; still < 20; {
+		w.mu.Lock()
+		busy, turns := w.busy, w.turns
+		w.mu.Unlock()
+		if !busy && c.Pending() == 0 && turns == last {
+			still++
+		} else {
+			still = 0
+		}
+		last = turns
+		if time.Now().After(deadline) {
+			t.Fatal("the engine was not idle within a minute of real time")
+		}
+		<-tick.C
+	}
+}
+
 // TestRunWithLocalAttemptDoesNotPoll: a resident run waiting for a step
 // whose attempt runs in its own engine reads no history, however many
 // poll rounds pass: that outcome comes to it without a notice. Polls are
-// for outcomes other processes record.
+// for outcomes other processes record. The engine and the store run on a
+// fake clock, moved from one timer to the next through the rounds once
+// the engine has done with each.
 func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	t.Parallel()
 	dsn, schema := testSchema(t)
-	st := countReads(openOn(t, dsn, &postgres.Options{Schema: schema}))
+	c := clock.NewFake(time.Now())
+	st := countReads(openOn(t, dsn, &postgres.Options{Schema: schema, Now: c.Now}))
+	watch := &idleWatch{}
 	running, release := make(chan struct{}), make(chan struct{})
 	var started sync.Once
 	hold := reprise.NewStep("hold", func(ctx context.Context, _ int) (int, error) {
@@ -57,8 +115,10 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	})
 	wf := reprise.NewWorkflow("held", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, hold, n) })
 	// Poll rounds every 20 ms, and a run's first poll 200 ms after its
-	// last news (a third of RunLeaseTTL), the next 400 ms after that.
-	e := reprisetest.Run(t, reprise.Config{Store: st, PollInterval: 20 * time.Millisecond, RunLeaseTTL: 600 * time.Millisecond}, wf, hold)
+	// last news (a third of RunLeaseTTL), the next 400 ms after that, then
+	// every 600 ms.
+	e := reprisetest.Run(t, reprise.Config{Store: st, Clock: c, Observer: watch,
+		PollInterval: 20 * time.Millisecond, RunLeaseTTL: 600 * time.Millisecond}, wf, hold)
 	var released sync.Once
 	letGo := func() { released.Do(func() { close(release) }) }
 	t.Cleanup(letGo) // before the engine stops
@@ -73,7 +133,15 @@ func TestRunWithLocalAttemptDoesNotPoll(t *testing.T) {
 	}
 	<-running
 	before := st.reads.Load()
-	time.Sleep(time.Second)
+	for end := c.Now().Add(1250 * time.Millisecond); c.Now().Before(end); { // three of the run's polls
+		watch.settle(t, c)
+		next, ok := c.Next()
+		if !ok {
+			t.Fatal("the engine set no timer for its next poll round")
+		}
+		c.Set(next)
+	}
+	watch.settle(t, c)
 	if n := st.reads.Load() - before; n != 0 {
 		t.Errorf("%d history reads while the run's attempt ran in its engine, want 0", n)
 	}

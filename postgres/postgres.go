@@ -192,15 +192,21 @@ func poolConfig(dsn string, opts *Options) (*pgxpool.Config, Options, error) {
 }
 
 // Close sends the notices still queued and closes the store's connections.
+// Its engines die with it: their locks are let go.
 func (s *Store) Close() error {
 	s.notifier.wg.Wait()
+	ctx := context.Background() //nolint:forbidigo // Close takes no ctx (io.Closer), and the unlocks must run as the store goes
+	var errs []error
 	s.enginesMu.Lock()
 	for id, conn := range s.engines {
-		s.unlockEngine(context.Background(), id, conn) // its engines die with it
+		errs = append(errs, s.unlockEngine(ctx, id, conn))
 		delete(s.engines, id)
 	}
 	s.enginesMu.Unlock()
 	s.pool.Close()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("close postgres store: %w", err)
+	}
 	return nil
 }
 

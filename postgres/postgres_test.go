@@ -50,13 +50,14 @@ func newSchema(t testing.TB) (dsn, schema string) {
 	dsn = testDSN(t)
 	schema = fmt.Sprintf("reprise_test_%d_%d", time.Now().UnixNano()%1e9, schemaSeq.Add(1))
 	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), dsn)
+		ctx := context.WithoutCancel(t.Context())
+		conn, err := pgx.Connect(ctx, dsn)
 		if err != nil {
 			t.Error(err)
 			return
 		}
-		defer conn.Close(context.Background())
-		if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
 			t.Error(err)
 		}
 	})
@@ -70,7 +71,7 @@ func connect(t testing.TB, dsn string) *pgx.Conn {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	t.Cleanup(func() { conn.Close(context.WithoutCancel(t.Context())) })
 	return conn
 }
 

@@ -1,11 +1,14 @@
 package postgres_test
 
 import (
-	"reprise/store"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"reprise/postgres"
+	"reprise/store"
 )
 
 // TestRenewAroundHeldRun renews an owner's runs while another transaction
@@ -57,7 +60,32 @@ func TestRenewAroundHeldRun(t *testing.T) {
 	if l := leases(); l["b"] > 2*time.Minute {
 		t.Fatalf("the held run was renewed while held: %v", l["b"])
 	}
-	time.Sleep(100 * time.Millisecond) // the renewal waits for b, and gives way, and tries again
+	// The renewal waits for b, gives way, and tries again: wait until a
+	// transaction of it that began after the first one waits for b.
+	blocked := func() (xactStart time.Time, ok bool) {
+		t.Helper()
+		err := conn.QueryRow(ctx, `
+			SELECT xact_start FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND $1::int = ANY(pg_blocking_pids(pid))`,
+			int(holder.PgConn().PID())).Scan(&xactStart)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return time.Time{}, false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return xactStart, true
+	}
+	var first time.Time
+	waitFor(t, func() bool {
+		var ok bool
+		first, ok = blocked()
+		return ok
+	})
+	waitFor(t, func() bool {
+		again, ok := blocked()
+		return ok && again.After(first)
+	})
 	if _, err := holder.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}

@@ -378,7 +378,7 @@ func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 	}
 	if p.LeaseTTL <= 0 && renewed > 0 {
 		// Released runs wait for another engine to claim them.
-		s.publish([]Notice{{Kind: NoticeRunReady}})
+		s.publish(ctx, []Notice{{Kind: NoticeRunReady}})
 	}
 	return nil
 }

@@ -8,7 +8,7 @@ import (
 	"reprise/store"
 )
 
-// SignalSend appends SignalReceived{Step: Name, Input: Payload} to an
+// SignalSend appends SignalReceived{Signal: Name, Input: Payload} to an
 // active run's current execution and tells the run's owner.
 func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*store.Outcome, error) {
 	var o *store.Outcome

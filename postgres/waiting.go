@@ -4,10 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"reprise/store"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"reprise/store"
 )
 
 // TaskListWaiting returns the tasks ready for at least p.ReadyFor that no

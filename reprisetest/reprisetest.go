@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/clock"
 	"reprise/memory"
 	"reprise/sqlite"
 	"reprise/store"
@@ -28,37 +29,42 @@ var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // when the test ends.
 type Env struct {
 	Engine *reprise.Engine
-	Clock  *reprise.FakeClock
+	Clock  *clock.Fake
 	Store  store.Store
 	t      testing.TB
 	stop   func()
+	// watch hears the engine's Observer events: whether it is busy.
+	watch *watcher
+	// wakes is Store as the engine sees it: it keeps the steps the
+	// engine asks the store about.
+	wakes *wakes
 }
 
 // New starts an engine with the given definitions, on SQLite. cfg may be
 // nil; its Store and Clock are set by New.
 func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
-	clock := reprise.NewFakeClock(Start)
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: clock.Now})
+	c := clock.NewFake(Start)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: c.Now})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	return newEnv(t, cfg, defs, clock, st)
+	return newEnv(t, cfg, defs, c, st)
 }
 
 // NewMemory is New on the in-memory reference store (package memory)
 // instead of SQLite: nothing goes to disk, and each step costs less.
 func NewMemory(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
-	clock := reprise.NewFakeClock(Start)
-	return newEnv(t, cfg, defs, clock, memory.New(memory.Options{Now: clock.Now}))
+	c := clock.NewFake(Start)
+	return newEnv(t, cfg, defs, c, memory.New(memory.Options{Now: c.Now}))
 }
 
-// newEnv starts an engine on st, whose clock is clock, and stops it, and
+// newEnv starts an engine on st, whose clock is c, and stops it, and
 // closes st, when the test ends.
-func newEnv(t testing.TB, cfg *reprise.Config, defs []reprise.Definition, clock *reprise.FakeClock, st store.Store) *Env {
+func newEnv(t testing.TB, cfg *reprise.Config, defs []reprise.Definition, c *clock.Fake, st store.Store) *Env {
 	t.Helper()
-	env := &Env{Clock: clock, Store: st, t: t}
+	env := &Env{Clock: c, Store: st, t: t}
 	env.start(cfg, defs)
 	t.Cleanup(func() {
 		env.Stop()
@@ -73,7 +79,15 @@ func (env *Env) start(cfg *reprise.Config, defs []reprise.Definition) {
 	if cfg != nil {
 		c = *cfg
 	}
-	c.Store, c.Clock = env.Store, env.Clock
+	env.wakes = &wakes{Store: env.Store}
+	c.Store, c.Clock = env.wakes, env.Clock
+	// The clock moves when the engine says it is idle; the test's own
+	// Observer, if any, hears every event too.
+	env.watch = &watcher{next: c.Observer}
+	if c.Observer == nil {
+		env.watch.next = reprise.NopObserver{}
+	}
+	c.Observer = env.watch
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(testWriter{env.t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
@@ -93,7 +107,9 @@ func (env *Env) start(cfg *reprise.Config, defs []reprise.Definition) {
 	if err := e.Register(defs...); err != nil {
 		env.t.Fatalf("register: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The engine outlives the test's context, which ends before the
+	// cleanups run: the one that stops it among them.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(env.t.Context()))
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	env.Engine = e
@@ -142,7 +158,7 @@ func (env *Env) WaitErr(id string) (*store.Run, error) {
 	var run *store.Run
 	err := env.driveUntil(func() (bool, error) {
 		var err error
-		run, err = env.Store.RunGet(context.Background(), id)
+		run, err = env.Store.RunGet(env.t.Context(), id)
 		if err != nil {
 			return false, fmt.Errorf("get run %s: %w", id, err)
 		}
@@ -176,7 +192,7 @@ type runWaiting struct {
 // extend its own) has waited for longest, ready and unclaimed, if any;
 // a step that nothing registered comes first.
 func (env *Env) waiting(id string) (*runWaiting, error) {
-	tasks, err := env.Store.TaskListWaiting(context.Background(), &store.TaskListWaitingParams{Limit: 1000})
+	tasks, err := env.Store.TaskListWaiting(env.t.Context(), &store.TaskListWaitingParams{Limit: 1000})
 	if err != nil {
 		return nil, fmt.Errorf("list waiting steps: %w", err)
 	}
@@ -209,13 +225,54 @@ func (env *Env) AdvanceUntil(cond func() bool) {
 	}
 }
 
+// Settle waits, without moving the clock, until the engine is idle, as
+// Wait judges it before it moves the clock while attempts are in step
+// code: whatever the engine does at the clock's time is done then. A test
+// calls it before it checks that something did not happen. It fails the
+// test if the engine is not idle within a minute of real time.
+func (env *Env) Settle() {
+	env.t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(500 * time.Microsecond)
+	defer tick.Stop()
+	s := stillness{last: -1}
+	for polls, _ := s.poll(env); polls < 40; polls, _ = s.poll(env) {
+		if time.Now().After(deadline) {
+			env.t.Fatal("the engine was not idle within a minute of real time")
+		}
+		<-tick.C
+	}
+}
+
+// stillness counts the polls in a row at which the engine was idle: it
+// said so (EngineIdle), no timer it fired was unanswered, and it had said
+// nothing since the poll before.
+type stillness struct {
+	last  int64 // the count of the engine's events at the last poll
+	polls int
+}
+
+// poll looks at the engine once. It returns the polls in a row it has been
+// idle, and the attempts it said were in step code.
+func (s *stillness) poll(env *Env) (polls, steps int) {
+	busy, steps, progress := env.watch.state()
+	if !busy && env.Clock.Pending() == 0 && progress == s.last {
+		s.polls++
+	} else {
+		s.polls = 0
+	}
+	s.last = progress
+	return s.polls, steps
+}
+
 // driveUntil moves the clock to its next timer whenever the engine is idle,
-// until done says so. Idle means: no engine goroutine working, no fired
-// timer unhandled, and no progress over a few polls; while an attempt is
-// inside step code (which may be waiting for its timeout) it waits longer
-// for the step to finish by itself. stuck, when not nil, is asked each
-// time the engine is idle (idle true), and once more when driveUntil
-// gives up (false): an error it returns ends the drive, or says why.
+// until done says so. Idle means: the engine says it is (EngineIdle), no
+// fired timer is unhandled, and the engine said nothing over a few polls;
+// while an attempt is inside step code (which may be waiting for its
+// timeout) it waits longer for the step to finish by itself. stuck, when
+// not nil, is asked each time the engine is idle (idle true), and once
+// more when driveUntil gives up (false): an error it returns ends the
+// drive, or says why.
 func (env *Env) driveUntil(done func() (bool, error), stuck func(idle bool) error) error {
 	giveUp := func(why string) error {
 		if stuck != nil {
@@ -228,20 +285,13 @@ func (env *Env) driveUntil(done func() (bool, error), stuck func(idle bool) erro
 	deadline := time.Now().Add(time.Minute)
 	tick := time.NewTicker(500 * time.Microsecond)
 	defer tick.Stop()
-	var last int64 = -1
-	stable := 0
+	s := stillness{last: -1}
 	for time.Now().Before(deadline) {
 		ok, err := done()
 		if err != nil || ok {
 			return err
 		}
-		busy, steps, progress := env.Engine.Activity()
-		if busy == 0 && env.Clock.Pending() == 0 && progress == last {
-			stable++
-		} else {
-			stable = 0
-		}
-		last = progress
+		stable, steps := s.poll(env)
 		// A goroutine between taking a timer's tick and marking itself
 		// busy looks idle; enough polls make that window harmless.
 		need := 10
@@ -270,7 +320,7 @@ func (env *Env) driveUntil(done func() (bool, error), stuck func(idle bool) erro
 				return giveUp("nothing is pending and the condition does not hold")
 			default:
 				env.Clock.Set(next)
-				stable = 0
+				s.polls = 0
 			}
 		}
 		<-tick.C
@@ -279,14 +329,16 @@ func (env *Env) driveUntil(done func() (bool, error), stuck func(idle bool) erro
 }
 
 // next is the time to move the clock to: the earliest of the clock's timers
-// and of what the store says comes due next. The store is the truth: a
-// retry's ready time is there as soon as it is committed, even before the
-// engine has set its timer for it. When something is due already, the
-// engine has yet to act on it and the clock must wait (ok is false, due
-// true).
+// and of what the store says comes due next for the engine: its timers, its
+// leases, and the ready tasks of the steps it asked the store about last
+// (those it would claim: its own steps, less those at their concurrency
+// limit). The store is the truth: a retry's ready time is there as soon as
+// it is committed, even before the engine has set its timer for it. When
+// something is due already, the engine has yet to act on it and the clock
+// must wait (ok is false, due true).
 func (env *Env) next() (next time.Time, ok, due bool) {
 	next, ok = env.Clock.Next()
-	w, err := env.Store.NextWake(context.Background(), &store.NextWakeParams{Steps: env.Engine.LocalSteps()})
+	w, err := env.Store.NextWake(env.t.Context(), &store.NextWakeParams{Steps: env.wakes.steps()})
 	if err != nil {
 		return next, ok, false
 	}
@@ -306,7 +358,7 @@ func (env *Env) next() (next time.Time, ok, due bool) {
 // History returns a run's history.
 func (env *Env) History(id string) []store.Event {
 	env.t.Helper()
-	events, err := env.Engine.History(context.Background(), id)
+	events, err := env.Engine.History(env.t.Context(), id)
 	if err != nil {
 		env.t.Fatalf("history of %s: %v", id, err)
 	}

@@ -20,9 +20,15 @@ func Run(t testing.TB, cfg reprise.Config, defs ...reprise.Definition) *reprise.
 	if err := e.Register(defs...); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The engine outlives t's context, which ends before the cleanups run.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("engine: %v", err)
+		}
+	})
 	return e
 }

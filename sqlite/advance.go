@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"reprise/store"
 
 	"reprise/internal/eventrow"
+	"reprise/store"
 )
 
 // RunAdvance records a workflow's progress under the run's lease: what it

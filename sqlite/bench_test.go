@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"reprise/store"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise/internal/bench"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // BenchmarkStore measures the store calls of one-step runs on a database

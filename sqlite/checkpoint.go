@@ -18,17 +18,17 @@ type checkpointer struct {
 	done chan struct{}
 }
 
-func startCheckpointer(path, busy string, every time.Duration) (*checkpointer, error) {
-	c, err := openConn(path, busy)
+func startCheckpointer(ctx context.Context, path, busy string, every time.Duration) (*checkpointer, error) {
+	c, err := openConn(ctx, path, busy)
 	if err != nil {
 		return nil, err
 	}
 	cp := &checkpointer{conn: c, stop: make(chan struct{}), done: make(chan struct{})}
-	go cp.run(every)
+	go cp.run(ctx, every)
 	return cp, nil
 }
 
-func (cp *checkpointer) run(every time.Duration) {
+func (cp *checkpointer) run(ctx context.Context, every time.Duration) {
 	defer close(cp.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -40,7 +40,7 @@ func (cp *checkpointer) run(every time.Duration) {
 		}
 		// A busy database makes a checkpoint do less, never fail the
 		// store: the next tick, or the backstop, catches up.
-		_ = cp.conn.script(context.Background(), "PRAGMA wal_checkpoint(PASSIVE)")
+		_ = cp.conn.script(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
 	}
 }
 

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"slices"
 	"sync"
 	"time"
+
+	"reprise/store"
 )
 
 // errClosed is returned by calls made after Close.
@@ -44,7 +45,7 @@ type committer struct {
 
 // A call is one store method's transaction body, waiting for its batch.
 type call struct {
-	ctx  context.Context
+	ctx  context.Context //nolint:containedctx // the waiting caller's, carried to the writer goroutine, which checks it before running fn
 	fn   func(*txn) error
 	wake chan error // the call's result
 }
@@ -206,7 +207,7 @@ func (c *committer) close() {
 // shared write transaction of a batch, or a read transaction.
 type txn struct {
 	c     *conn
-	ctx   context.Context // for a write, the running call's without its cancellation
+	ctx   context.Context //nolint:containedctx // lives for one transaction, as sql.Tx's does; for a write, the running call's without its cancellation
 	now   time.Time       // the store's time, in UTC: the batch's for a write
 	nanos int64           // now as Unix nanoseconds
 }

@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"reprise/store"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"reprise/store"
 )
 
 func openTest(t *testing.T) *Store {

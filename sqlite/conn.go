@@ -44,7 +44,7 @@ type stmt struct {
 
 // openConn opens the database at path and runs each pragma, given as
 // "name(value)", in order.
-func openConn(path string, pragmas ...string) (*conn, error) {
+func openConn(ctx context.Context, path string, pragmas ...string) (*conn, error) {
 	c := &conn{tls: libc.NewTLS(), stmts: map[string]*stmt{}}
 	name, err := libc.CString(path)
 	if err != nil {
@@ -64,7 +64,7 @@ func openConn(path string, pragmas ...string) (*conn, error) {
 	}
 	sqlite3.Xsqlite3_extended_result_codes(c.tls, c.db, 1)
 	for _, p := range pragmas {
-		if _, err := c.exec(context.Background(), "PRAGMA "+p); err != nil {
+		if _, err := c.exec(ctx, "PRAGMA "+p); err != nil {
 			c.close()
 			return nil, fmt.Errorf("open %s: pragma %s: %w", path, p, err)
 		}
@@ -332,7 +332,7 @@ type rows struct {
 	c     *conn
 	st    *stmt // nil once closed
 	query string
-	ctx   context.Context
+	ctx   context.Context //nolint:containedctx // lives as long as the rows of one query: Next reports its cause when it interrupted the step
 	vals  []any
 	err   error
 	stop  func() bool   // stops the interrupt of a read; nil if none

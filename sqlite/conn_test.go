@@ -12,7 +12,7 @@ import (
 
 func testConn(t *testing.T) *conn {
 	t.Helper()
-	c, err := openConn(filepath.Join(t.TempDir(), "c.db"), "journal_mode(WAL)")
+	c, err := openConn(t.Context(), filepath.Join(t.TempDir(), "c.db"), "journal_mode(WAL)")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,8 +23,9 @@ func testConn(t *testing.T) *conn {
 // Values come back as they went in: empty text is not NULL, a nil blob is,
 // and arguments larger than the connection's buffer grow it.
 func TestConnValues(t *testing.T) {
+	t.Parallel()
 	c := testConn(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.script(ctx, `CREATE TABLE v (i INTEGER, s TEXT, b BLOB)`); err != nil {
 		t.Fatal(err)
 	}
@@ -83,8 +84,9 @@ func TestConnValues(t *testing.T) {
 // A statement run again while its rows are still being read runs as a
 // statement of its own.
 func TestConnNestedStatement(t *testing.T) {
+	t.Parallel()
 	c := testConn(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.script(ctx, `CREATE TABLE n (i INTEGER); INSERT INTO n VALUES (1), (2), (3)`); err != nil {
 		t.Fatal(err)
 	}
@@ -117,8 +119,9 @@ func TestConnNestedStatement(t *testing.T) {
 // A statement's text arguments hold while it runs, whatever other
 // statements bind meanwhile: SQLite reads them at every row.
 func TestConnArgumentsOutliveOtherStatements(t *testing.T) {
+	t.Parallel()
 	c := testConn(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.script(ctx, `CREATE TABLE w (s TEXT); INSERT INTO w VALUES ('apple'), ('banana'), ('cherry'), ('date')`); err != nil {
 		t.Fatal(err)
 	}
@@ -150,8 +153,9 @@ func TestConnArgumentsOutliveOtherStatements(t *testing.T) {
 // A read whose context ends is interrupted with the context's error, and
 // the connection serves the next statement.
 func TestConnInterrupt(t *testing.T) {
+	t.Parallel()
 	c := testConn(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	endless := `WITH RECURSIVE r(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM r) SELECT max(i) FROM r`
 	var n int64
@@ -159,7 +163,7 @@ func TestConnInterrupt(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("endless read: %v, want the context's deadline", err)
 	}
-	if err := c.queryRow(context.Background(), `SELECT 7`).Scan(&n); err != nil || n != 7 {
+	if err := c.queryRow(t.Context(), `SELECT 7`).Scan(&n); err != nil || n != 7 {
 		t.Fatalf("next read: %d, %v; want 7", n, err)
 	}
 }

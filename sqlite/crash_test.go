@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // crashChildEnv names the database the child process of

@@ -4,8 +4,9 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"reprise/store"
 	"sync"
+
+	"reprise/store"
 )
 
 // live holds the engines running in this process, by database, each with

@@ -6,10 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"time"
 
 	"reprise/internal/eventrow"
+	"reprise/store"
 )
 
 // HistoryList returns a run's events with Seq > p.AfterSeq, in order.

@@ -15,6 +15,7 @@ import (
 // TestLockChild is the other process of TestExclusive: it opens the
 // database with Exclusive and says how that went.
 func TestLockChild(t *testing.T) {
+	t.Parallel()
 	path := os.Getenv("REPRISE_LOCK_CHILD")
 	if path == "" {
 		t.Skip("only runs as the child of TestExclusive")

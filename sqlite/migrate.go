@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
-	"reprise/store"
 	"strconv"
 	"strings"
+
+	"reprise/store"
 )
 
 // migrationFiles holds the schema's versions, named NNNN_what.sql.

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reprise/store"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,6 +16,7 @@ import (
 	_ "modernc.org/sqlite" // the database/sql driver, to reach behind the store
 
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // userVersion reads or, with set >= 0, writes the schema version of the

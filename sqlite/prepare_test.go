@@ -3,13 +3,14 @@ package sqlite
 import (
 	"fmt"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"reprise/store"
 )
 
 // TestStatementsPreparedOnce runs the store's calls round after round with
@@ -19,6 +20,7 @@ import (
 // and a join on the task id for every failed attempt, each time costing
 // more than running the statement.
 func TestStatementsPreparedOnce(t *testing.T) {
+	t.Parallel()
 	var mu sync.Mutex
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }

@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"reprise/store"
 
 	"reprise/internal/eventrow"
+	"reprise/store"
 )
 
 // RunRedrive reopens a failed run as its Redrive decides: the step's task,

@@ -7,9 +7,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"slices"
 	"strings"
+
+	"reprise/store"
 )
 
 // runColumns are the columns scanRun reads. A run's updated time is its

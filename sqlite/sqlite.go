@@ -13,10 +13,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reprise/store"
 	"runtime"
 	"strings"
 	"time"
+
+	"reprise/store"
 )
 
 var _ store.Store = (*Store)(nil)
@@ -129,6 +130,9 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 func (s *Store) open(o Options) error {
+	// Open has no context to give: the connections' pragmas, the migration
+	// and the checkpointer run under one that is never cancelled.
+	ctx := context.Background() //nolint:forbidigo // Open takes no ctx to pass on, and the checkpointer it starts lives until Close
 	memory := s.path == ":memory:"
 	busy := fmt.Sprintf("busy_timeout(%d)", o.BusyTimeout.Milliseconds())
 	pragmas := []string{
@@ -143,7 +147,7 @@ func (s *Store) open(o Options) error {
 	if !memory {
 		pragmas = append(pragmas, "journal_mode(WAL)")
 	}
-	w, err := openConn(s.path, pragmas...)
+	w, err := openConn(ctx, s.path, pragmas...)
 	if err != nil {
 		return err
 	}
@@ -153,13 +157,11 @@ func (s *Store) open(o Options) error {
 		// set by the writer) and must never write.
 		s.readers = newPool(o.ReadConns, s.path, busy, "cache_size(-8000)", "query_only(1)")
 	}
-	// Open has no context to give: the migration runs under one that is
-	// never cancelled.
-	if err := s.migrate(context.Background()); err != nil {
+	if err := s.migrate(ctx); err != nil {
 		return err
 	}
 	if !memory {
-		if s.ckpt, err = startCheckpointer(s.path, busy, 250*time.Millisecond); err != nil {
+		if s.ckpt, err = startCheckpointer(ctx, s.path, busy, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -244,7 +246,7 @@ func (p *pool) get(ctx context.Context) (*conn, error) {
 	case c := <-p.idle:
 		return c, nil
 	case p.slots <- struct{}{}:
-		c, err := openConn(p.path, p.pragmas...)
+		c, err := openConn(ctx, p.path, p.pragmas...)
 		if err != nil {
 			<-p.slots
 			return nil, err

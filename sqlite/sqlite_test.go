@@ -2,11 +2,11 @@ package sqlite_test
 
 import (
 	"path/filepath"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"reprise/sqlite"
+	"reprise/store"
 	"reprise/storetest"
 )
 

@@ -6,9 +6,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"strings"
 	"time"
+
+	"reprise/store"
 )
 
 // taskColumns are the columns scanTask reads.

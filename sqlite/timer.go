@@ -5,9 +5,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"reprise/store"
 	"slices"
 	"time"
+
+	"reprise/store"
 )
 
 // TimerFire fires due timers, earliest first: appends TimerFired for each

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+
 	"reprise/store"
 )
 

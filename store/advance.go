@@ -119,7 +119,7 @@ func (p *RunAdvanceParams) Plan() []Scheduled {
 	}
 	for _, m := range p.Markers {
 		plan = append(plan, Scheduled{Event: Event{
-			Type: EventVersionMarker, Position: m.Position, Step: m.Name, Version: m.Version,
+			Type: EventVersionMarker, Position: m.Position, Change: m.Name, Version: m.Version,
 		}})
 	}
 	for i := range p.Children {

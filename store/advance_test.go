@@ -147,7 +147,7 @@ func TestRunAdvancePlanEvents(t *testing.T) {
 		{Type: EventStepScheduled, Position: 1, Step: "a", Input: json.RawMessage(`1`), Policy: "retry 3",
 			IdempotencyKey: "k", Version: 2},
 		{Type: EventTimerScheduled, Position: 2, Delay: time.Second},
-		{Type: EventVersionMarker, Position: 3, Step: "m", Version: 4},
+		{Type: EventVersionMarker, Position: 3, Change: "m", Version: 4},
 		{Type: EventChildStarted, Position: 4, Child: "c", Workflow: "w", Input: json.RawMessage(`2`)},
 	}
 	for i, s := range plan {

@@ -42,11 +42,11 @@ func ParentWaits(status RunStatus, execution, startedIn int) bool {
 // ChildEnded returns the event that the end of child run child, with
 // status, output and error, appends to its parent, at the position in the
 // parent's workflow that started it: ChildCompleted{Output} for a child
-// that completed, ChildFailed{Error, Reason: its status} for one that
+// that completed, ChildFailed{Error, ChildStatus: status} for one that
 // failed or was cancelled.
 func ChildEnded(child string, position int, status RunStatus, output json.RawMessage, err *ErrorInfo) Event {
 	if status == RunCompleted {
 		return Event{Type: EventChildCompleted, Position: position, Child: child, Output: output}
 	}
-	return Event{Type: EventChildFailed, Position: position, Child: child, Error: err, Reason: string(status)}
+	return Event{Type: EventChildFailed, Position: position, Child: child, Error: err, ChildStatus: status}
 }

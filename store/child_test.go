@@ -62,8 +62,8 @@ func TestChildEnded(t *testing.T) {
 		want   Event
 	}{
 		{RunCompleted, out, nil, Event{Type: EventChildCompleted, Position: 3, Child: "c", Output: out}},
-		{RunFailed, nil, boom, Event{Type: EventChildFailed, Position: 3, Child: "c", Error: boom, Reason: "failed"}},
-		{RunCancelled, nil, nil, Event{Type: EventChildFailed, Position: 3, Child: "c", Reason: "cancelled"}},
+		{RunFailed, nil, boom, Event{Type: EventChildFailed, Position: 3, Child: "c", Error: boom, ChildStatus: "failed"}},
+		{RunCancelled, nil, nil, Event{Type: EventChildFailed, Position: 3, Child: "c", ChildStatus: "cancelled"}},
 	} {
 		if got := ChildEnded("c", 3, tt.status, tt.output, tt.err); !reflect.DeepEqual(got, tt.want) {
 			t.Errorf("ChildEnded(%s) = %+v, want %+v", tt.status, got, tt.want)
@@ -74,7 +74,7 @@ func TestChildEnded(t *testing.T) {
 func TestSignalReceived(t *testing.T) {
 	t.Parallel()
 	p := SignalSendParams{RunID: "r", Name: "approve", Payload: json.RawMessage(`true`)}
-	want := Event{Type: EventSignalReceived, Step: "approve", Input: json.RawMessage(`true`)}
+	want := Event{Type: EventSignalReceived, Signal: "approve", Input: json.RawMessage(`true`)}
 	if got := p.Received(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Received() = %+v, want %+v", got, want)
 	}

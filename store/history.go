@@ -34,28 +34,30 @@ const (
 	// EventStepCancelRequested: a step lost a select; its task was
 	// dropped and a late result is rejected.
 	EventStepCancelRequested EventType = "StepCancelRequested"
-	// EventVersionMarker: the workflow took version Version of change Step.
+	// EventVersionMarker: the workflow took version Version of change
+	// Change.
 	EventVersionMarker EventType = "VersionMarker"
-	// EventSignalReceived: signal Step arrived with payload Input.
+	// EventSignalReceived: signal Signal arrived with payload Input.
 	EventSignalReceived EventType = "SignalReceived"
 	// EventChildStarted: child run Child of workflow Workflow started at
 	// Position with Input.
 	EventChildStarted EventType = "ChildStarted"
 	// EventChildCompleted and EventChildFailed: the child at Position
-	// ended; Output, or Error and Reason (its status).
+	// ended; Output, or Error and ChildStatus.
 	EventChildCompleted EventType = "ChildCompleted"
 	EventChildFailed    EventType = "ChildFailed"
 	// EventRunContinuedAsNew: the execution ended and execution+1 starts
 	// with Input; a RunStarted of the new execution follows.
 	EventRunContinuedAsNew EventType = "RunContinuedAsNew"
-	// EventRunRedriven: the failed step at Position gets a fresh attempt
-	// budget; Reason says who redrove it.
+	// EventRunRedriven: the failed step Step at Position gets a fresh
+	// attempt budget; By says who redrove it.
 	EventRunRedriven EventType = "RunRedriven"
 )
 
 // An Event is one entry of a run's append-only history. Which fields are set
 // depends on Type; the stores encode the whole event, so adding a field needs
-// no migration.
+// no migration. Each field holds one thing, whatever the type: a name is in
+// Step, Signal or Change, a why in Reason, a who in By.
 type Event struct {
 	// Seq numbers the run's events from 1, without gaps.
 	Seq  int64     `json:"seq"`
@@ -70,8 +72,12 @@ type Event struct {
 	// Position is the step's or timer's place in the workflow's sequence of
 	// calls, from 1.
 	Position int `json:"position,omitempty"`
-	// Step is the step's name.
+	// Step is the step's name (the step events, RunRedriven).
 	Step string `json:"step,omitempty"`
+	// Signal is the signal's name (SignalReceived).
+	Signal string `json:"signal,omitempty"`
+	// Change is the change id a VersionMarker records a version of.
+	Change string `json:"change,omitempty"`
 	// Attempt is the attempt's number, from 1. On StepFailed it is the
 	// number of attempts made.
 	Attempt int `json:"attempt,omitempty"`
@@ -101,8 +107,10 @@ type Event struct {
 	Rule string `json:"rule,omitempty"`
 	// Reason says why a step or run stopped: exhausted, permanent,
 	// not_covered, deadline (AttemptFailed that stops, StepFailed), or why
-	// a run was cancelled.
+	// a run was cancelled (RunCancelled).
 	Reason string `json:"reason,omitempty"`
+	// By says who redrove the run (RunRedriven).
+	By string `json:"by,omitempty"`
 	// FireAt is when a timer fires (TimerScheduled).
 	FireAt time.Time `json:"fire_at,omitzero"`
 	// Version is the version a VersionMarker records, or the version of
@@ -112,6 +120,9 @@ type Event struct {
 	// Child is the id of a child run (ChildStarted, ChildCompleted,
 	// ChildFailed).
 	Child string `json:"child,omitempty"`
+	// ChildStatus is the final status of a child run that did not
+	// complete: failed or cancelled (ChildFailed).
+	ChildStatus RunStatus `json:"child_status,omitempty"`
 }
 
 // ErrorInfo is an error as the history keeps it.
@@ -162,6 +173,8 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	b = appendField(b, `,"workflow":`, e.Workflow)
 	b = appendInt(b, `,"position":`, e.Position)
 	b = appendField(b, `,"step":`, e.Step)
+	b = appendField(b, `,"signal":`, e.Signal)
+	b = appendField(b, `,"change":`, e.Change)
 	b = appendInt(b, `,"attempt":`, e.Attempt)
 	if b, err = appendRaw(b, `,"input":`, e.Input); err != nil {
 		return nil, fmt.Errorf("event input: %w", err)
@@ -179,9 +192,11 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	b = appendTime(b, `,"retry_at":`, e.RetryAt)
 	b = appendField(b, `,"rule":`, e.Rule)
 	b = appendField(b, `,"reason":`, e.Reason)
+	b = appendField(b, `,"by":`, e.By)
 	b = appendTime(b, `,"fire_at":`, e.FireAt)
 	b = appendInt(b, `,"version":`, e.Version)
 	b = appendField(b, `,"child":`, e.Child)
+	b = appendField(b, `,"child_status":`, string(e.ChildStatus))
 	if e.Delay != 0 || !e.RetryAt.IsZero() || e.Type == EventTimerScheduled {
 		ms := float64(e.Delay) / float64(time.Millisecond)
 		b = strconv.AppendFloat(append(b, `,"delay_ms":`...), ms, 'f', -1, 64)
@@ -310,7 +325,8 @@ func appendString(b []byte, s string) []byte {
 	return append(append(b, s[start:]...), '"')
 }
 
-// UnmarshalJSON decodes what MarshalJSON encodes.
+// UnmarshalJSON decodes what MarshalJSON encodes, and the older form of
+// the events whose fields were once shared (see upgrade).
 func (e *Event) UnmarshalJSON(b []byte) error {
 	var v struct {
 		eventJSON
@@ -321,5 +337,34 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	}
 	*e = Event(v.eventJSON)
 	e.Delay = time.Duration(math.Round(v.DelayMS * float64(time.Millisecond)))
+	e.upgrade()
 	return nil
+}
+
+// upgrade moves what an event of the older form holds in a shared field
+// to the field of its own: before Signal, Change, By and ChildStatus,
+// a SignalReceived kept the signal's name in step, a VersionMarker its
+// change id in step, a RunRedriven who redrove the run in reason and a
+// ChildFailed the child's status in reason. Histories stored then stay
+// readable as they are, with no migration: these types never set step or
+// reason for anything else, so an event of the new form is left as it is.
+func (e *Event) upgrade() {
+	switch e.Type {
+	case EventSignalReceived:
+		if e.Signal == "" {
+			e.Signal, e.Step = e.Step, ""
+		}
+	case EventVersionMarker:
+		if e.Change == "" {
+			e.Change, e.Step = e.Step, ""
+		}
+	case EventRunRedriven:
+		if e.By == "" {
+			e.By, e.Reason = e.Reason, ""
+		}
+	case EventChildFailed:
+		if e.ChildStatus == "" {
+			e.ChildStatus, e.Reason = RunStatus(e.Reason), ""
+		}
+	}
 }

@@ -5,7 +5,7 @@ import "slices"
 // Redrive decides RunRedrive of a run of status. last returns the last
 // step outcome of the run's current execution (LastStepEnd), or the zero
 // Event for none; it is called only for a failed run. Redrive returns
-// RunRedriven{Position, Step, Reason: By} for the step of that outcome if
+// RunRedriven{Position, Step, By} for the step of that outcome if
 // it is a StepFailed, and ErrNotRedrivable otherwise. The store then makes
 // that step's task, kept as it was when the step failed, ready again.
 func (p *RunRedriveParams) Redrive(status RunStatus, last func() (Event, error)) (Event, error) {
@@ -19,7 +19,7 @@ func (p *RunRedriveParams) Redrive(status RunStatus, last func() (Event, error))
 	if failed.Type != EventStepFailed {
 		return Event{}, ErrNotRedrivable
 	}
-	return Event{Type: EventRunRedriven, Position: failed.Position, Step: failed.Step, Reason: p.By}, nil
+	return Event{Type: EventRunRedriven, Position: failed.Position, Step: failed.Step, By: p.By}, nil
 }
 
 // LastStepEnd returns the last StepCompleted or StepFailed of execution

@@ -50,7 +50,7 @@ func TestRunRedrive(t *testing.T) {
 		reads  bool
 	}{
 		{"Failed", RunFailed, failed, nil,
-			Event{Type: EventRunRedriven, Position: 2, Step: "charge", Reason: "ops"}, nil, true},
+			Event{Type: EventRunRedriven, Position: 2, Step: "charge", By: "ops"}, nil, true},
 		{"LastCompleted", RunFailed, Event{Type: EventStepCompleted, Position: 2}, nil, Event{}, ErrNotRedrivable, true},
 		{"NoStep", RunFailed, Event{}, nil, Event{}, ErrNotRedrivable, true},
 		{"ReadFails", RunFailed, Event{}, readErr, Event{}, readErr, true},

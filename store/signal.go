@@ -1,7 +1,7 @@
 package store
 
 // Received returns the event SignalSend appends to the run's current
-// execution: SignalReceived{Step: Name, Input: Payload}.
+// execution: SignalReceived{Signal: Name, Input: Payload}.
 func (p *SignalSendParams) Received() Event {
-	return Event{Type: EventSignalReceived, Step: p.Name, Input: p.Payload}
+	return Event{Type: EventSignalReceived, Signal: p.Name, Input: p.Payload}
 }

@@ -587,6 +587,7 @@ type Wake struct {
 
 // NextWakeParams asks for the next due times.
 type NextWakeParams struct {
-	// Steps limits ready tasks to these step names.
+	// Steps limits ready tasks to these step names: nil means every
+	// step, an empty list none (Wake.Task is then zero).
 	Steps []string
 }

@@ -3,9 +3,10 @@ package storetest
 import (
 	"encoding/json"
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // leased returns s marked to be leased as it is scheduled.
@@ -119,17 +120,46 @@ func testRunAdvanceFeatures(t *testing.T, open Open) {
 			Children: []store.ChildSpec{{Position: 3, ID: "child-1", Workflow: "refund", Input: json.RawMessage(`{"amount":5}`)}},
 		})
 		want := []store.Event{
-			{Seq: 2, Type: store.EventVersionMarker, At: now, Execution: 1, Position: 1, Step: "fix-42", Version: 1},
+			{Seq: 2, Type: store.EventVersionMarker, At: now, Execution: 1, Position: 1, Change: "fix-42", Version: 1},
 			stepScheduled(3, now, charge),
 			{
 				Seq: 4, Type: store.EventChildStarted, At: now, Execution: 1, Position: 3, Child: "child-1",
 				Workflow: "refund", Input: json.RawMessage(`{"amount":5}`),
 			},
-			{Seq: 5, Type: store.EventVersionMarker, At: now, Execution: 1, Position: 4, Step: "new-pricing", Version: 2},
+			{Seq: 5, Type: store.EventVersionMarker, At: now, Execution: 1, Position: 4, Change: "new-pricing", Version: 2},
 			{Seq: 6, Type: store.EventTimerScheduled, At: now, Execution: 1, Position: 5, Delay: time.Second, FireAt: now.Add(time.Second)},
 		}
 		requireEvents(t, events, want)
 		requireEvents(t, f.history("run-1")[1:], want)
+	})
+
+	t.Run("MarkersGoWithTheEnd", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		// A marker is an event, not a row: an advance that ends the
+		// run's execution, or the run, records it before the end.
+		lease := f.create("run-1")
+		now := f.now()
+		next := json.RawMessage(`{"cursor":2}`)
+		moved := f.advance(lease, store.RunAdvanceParams{
+			Markers: []store.MarkerSpec{{Position: 1, Name: "fix-42", Version: 1}},
+			Finish:  &store.RunFinish{ContinueAsNew: true, Input: next},
+		})
+		requireEvents(t, moved, []store.Event{
+			{Seq: 2, Type: store.EventVersionMarker, At: now, Execution: 1, Position: 1, Change: "fix-42", Version: 1},
+			{Seq: 3, Type: store.EventRunContinuedAsNew, At: now, Execution: 1, Input: next},
+			{Seq: 4, Type: store.EventRunStarted, At: now, Execution: 2, Workflow: "order", Input: next},
+		})
+		ended := f.advance(lease, store.RunAdvanceParams{
+			Markers: []store.MarkerSpec{{Position: 1, Name: "fix-43", Version: 2}},
+			Finish:  &store.RunFinish{Status: store.RunCompleted, Output: json.RawMessage(`1`)},
+		})
+		requireEvents(t, ended, []store.Event{
+			{Seq: 5, Type: store.EventVersionMarker, At: now, Execution: 2, Position: 1, Change: "fix-43", Version: 2},
+			{Seq: 6, Type: store.EventRunCompleted, At: now, Execution: 2, Output: json.RawMessage(`1`)},
+		})
+		requireEvents(t, f.history("run-1")[1:], append(moved, ended...))
 	})
 
 	t.Run("CancelsDropTasksAndTimersAfterScheduling", func(t *testing.T) {

@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // keepClaim claims up to limit tasks of step for worker with Keep.

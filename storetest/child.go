@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"encoding/json"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // startChildRun has the parent's lease start a child run at position and
@@ -115,11 +116,11 @@ func testChildren(t *testing.T, open Open) {
 
 		runErr := &store.ErrorInfo{Type: "Declined", Message: "no"}
 		adv = f.advanced(failed, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunFailed, Error: runErr}})
-		want = []store.Event{{Seq: 6, Type: store.EventChildFailed, At: now, Execution: 1, Position: 2, Child: "failed", Error: runErr, Reason: "failed"}}
+		want = []store.Event{{Seq: 6, Type: store.EventChildFailed, At: now, Execution: 1, Position: 2, Child: "failed", Error: runErr, ChildStatus: "failed"}}
 		requireEvents(t, adv.Parent.Events, want)
 
 		adv = f.advanced(gaveUp, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunCancelled, Error: runErr}})
-		want = []store.Event{{Seq: 7, Type: store.EventChildFailed, At: now, Execution: 1, Position: 3, Child: "gave-up", Error: runErr, Reason: "cancelled"}}
+		want = []store.Event{{Seq: 7, Type: store.EventChildFailed, At: now, Execution: 1, Position: 3, Child: "gave-up", Error: runErr, ChildStatus: "cancelled"}}
 		requireEvents(t, adv.Parent.Events, want)
 		requireEvents(t, f.last("parent", 1), want)
 	})
@@ -135,7 +136,7 @@ func testChildren(t *testing.T, open Open) {
 			t.Fatalf("RunCancel: %v", err)
 		}
 		requireEvents(t, f.last("parent", 1), []store.Event{{
-			Seq: 3, Type: store.EventChildFailed, At: f.now(), Execution: 1, Position: 1, Child: "child", Reason: "cancelled",
+			Seq: 3, Type: store.EventChildFailed, At: f.now(), Execution: 1, Position: 1, Child: "child", ChildStatus: "cancelled",
 		}})
 	})
 

@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"encoding/json"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 func testRunAdvanceCompleted(t *testing.T, open Open) {

@@ -2,11 +2,12 @@ package storetest
 
 import (
 	"errors"
-	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // testTaskRelease pins TaskRelease: the live leases of one owner lapse at
@@ -79,7 +80,11 @@ func Engines(t *testing.T, pair func(t *testing.T) (first, second store.Store)) 
 	open := func(t *testing.T) (first store.Store, closeFirst func() error, second store.Store) {
 		first, second = pair(t)
 		closeFirst = sync.OnceValue(first.Close)
-		t.Cleanup(func() { closeFirst() })
+		t.Cleanup(func() {
+			if err := closeFirst(); err != nil {
+				t.Errorf("close the first store: %v", err)
+			}
+		})
 		return first, closeFirst, second
 	}
 	t.Run("OneLiveEnginePerID", func(t *testing.T) {

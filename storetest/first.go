@@ -3,9 +3,10 @@ package storetest
 import (
 	"encoding/json"
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // createFirst creates a run leased to engine with a first advance.

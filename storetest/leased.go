@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"encoding/json"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // testLeasedAsScheduled pins what a step leased as it is scheduled to its

@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // leaseNextParams retries the task's attempt at once, leasing the next

@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"encoding/json"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // failAttempt fails the task's attempt for good.
@@ -54,7 +55,7 @@ func testRedrive(t *testing.T, open Open) {
 		}
 		requireTime(t, "UpdatedAt", run.UpdatedAt, now)
 		requireEvents(t, f.last("run-1", 1), []store.Event{{
-			Seq: 12, Type: store.EventRunRedriven, At: now, Execution: 1, Position: 1, Step: "charge", Reason: "operator",
+			Seq: 12, Type: store.EventRunRedriven, At: now, Execution: 1, Position: 1, Step: "charge", By: "operator",
 		}})
 		// Nobody holds the run: it waits for any engine.
 		if got := f.runClaim(engine2, 10); len(got) != 1 || got[0].Run.ID != "run-1" {
@@ -133,7 +134,7 @@ func testSignals(t *testing.T, open Open) {
 		if err != nil {
 			t.Fatalf("SignalSend: %v", err)
 		}
-		want := []store.Event{{Seq: 4, Type: store.EventSignalReceived, At: f.now(), Execution: 2, Step: "approve", Input: payload}}
+		want := []store.Event{{Seq: 4, Type: store.EventSignalReceived, At: f.now(), Execution: 2, Signal: "approve", Input: payload}}
 		if out.RunID != "run-1" || out.Owner != engine {
 			t.Fatalf("Outcome = %+v, want run-1 owned by %s", out, engine)
 		}

@@ -4,11 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 func testRunCreate(t *testing.T, open Open) {

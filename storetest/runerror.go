@@ -1,8 +1,9 @@
 package storetest
 
 import (
-	"reprise/store"
 	"testing"
+
+	"reprise/store"
 )
 
 // testRunErrorOfAStep pins that a run's error keeps the fields that say
@@ -33,7 +34,7 @@ func testRunErrorOfAStep(t *testing.T, open Open) {
 	child := f.startChildRun(parent, 1, "child")
 	adv := f.advanced(child, store.RunAdvanceParams{Finish: &store.RunFinish{Status: store.RunFailed, Error: runErr}})
 	want = []store.Event{{Seq: 3, Type: store.EventChildFailed, At: start, Execution: 1, Position: 1, Child: "child",
-		Error: runErr, Reason: "failed"}}
+		Error: runErr, ChildStatus: "failed"}}
 	if adv.Parent == nil {
 		t.Fatal("Advanced.Parent = nil, want the parent's ChildFailed")
 	}

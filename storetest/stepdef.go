@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // define calls StepDefine, which must succeed.

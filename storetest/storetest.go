@@ -9,10 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"reprise/store"
 	"sync"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // Open opens an empty store for one test. The store must read its time from

@@ -2,9 +2,10 @@ package storetest
 
 import (
 	"encoding/json"
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 func testTimerFire(t *testing.T, open Open) {
@@ -121,6 +122,7 @@ func testNextWake(t *testing.T, open Open) {
 		requireWake(f, nil, store.Wake{Task: start, Timer: fireAt})
 		requireWake(f, []string{"ship"}, store.Wake{Task: start, Timer: fireAt})
 		requireWake(f, []string{"email"}, store.Wake{Timer: fireAt})
+		requireWake(f, []string{}, store.Wake{Timer: fireAt}) // no step: no task
 
 		// Leased tasks no longer count as ready; their leases do.
 		f.clock.Advance(time.Second)

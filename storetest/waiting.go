@@ -1,9 +1,10 @@
 package storetest
 
 import (
-	"reprise/store"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // testTaskListWaiting pins the read of the steps that wait for a worker:

@@ -405,7 +405,7 @@ func TestActions(t *testing.T) {
 	}
 	f.waitFor(t, "d-1", "RunRedriven by alice", func(events []reprise.Event) bool {
 		for _, ev := range events {
-			if ev.Type == store.EventRunRedriven && ev.Reason == "alice" {
+			if ev.Type == store.EventRunRedriven && ev.By == "alice" {
 				return true
 			}
 		}

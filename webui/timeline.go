@@ -237,7 +237,7 @@ func buildTimeline(events []store.Event, now time.Time) *timeline {
 			if n := len(r.Attempts); n > 0 {
 				last = r.Attempts[n-1].Number
 			}
-			r.Redrives = append(r.Redrives, redrive{At: ev.At, By: ev.Reason, After: last})
+			r.Redrives = append(r.Redrives, redrive{At: ev.At, By: ev.By, After: last})
 			r.State, r.Reason, r.End = stateScheduled, "", time.Time{}
 			x.End, x.Ended, tl.Final = time.Time{}, false, false
 		case store.EventTimerScheduled:
@@ -258,7 +258,7 @@ func buildTimeline(events []store.Event, now time.Time) *timeline {
 		case store.EventChildFailed:
 			r := at(kindChild)
 			r.State, r.Error, r.End = stateFailed, ev.Error, ev.At
-			if ev.Reason == string(store.RunCancelled) {
+			if ev.ChildStatus == store.RunCancelled {
 				r.State = stateCancelled
 			}
 			if r.Child == "" {
@@ -266,10 +266,10 @@ func buildTimeline(events []store.Event, now time.Time) *timeline {
 			}
 		case store.EventSignalReceived:
 			r := add(kindSignal)
-			r.Position, r.Input, r.End, r.State = 0, ev.Input, ev.At, "received"
+			r.Name, r.Position, r.Input, r.End, r.State = ev.Signal, 0, ev.Input, ev.At, "received"
 		case store.EventVersionMarker:
 			r := add(kindMarker)
-			r.Version, r.End, r.State = ev.Version, ev.At, "recorded"
+			r.Name, r.Version, r.End, r.State = ev.Change, ev.Version, ev.At, "recorded"
 		case store.EventRunContinuedAsNew:
 			x.End, x.Ended, x.ContinuedAsNew = ev.At, true, true
 			x.endRows(ev.At)

@@ -46,10 +46,10 @@ func TestOrderFlow(t *testing.T) {
 			Output json.RawMessage `json:"output"`
 		} `json:"run"`
 		Events []struct {
-			Type  string `json:"type"`
-			Step  string `json:"step"`
-			Key   string `json:"idempotency_key"`
-			Error *struct {
+			Type   string `json:"type"`
+			Change string `json:"change"`
+			Key    string `json:"idempotency_key"`
+			Error  *struct {
 				Type string `json:"type"`
 			} `json:"error"`
 		} `json:"events"`
@@ -70,7 +70,7 @@ func TestOrderFlow(t *testing.T) {
 			failures = append(failures, ev.Error.Type)
 		}
 		if ev.Type == "VersionMarker" {
-			markers = append(markers, ev.Step)
+			markers = append(markers, ev.Change)
 		}
 	}
 	for _, want := range []string{"HTTP5xx", "Timeout", "HTTP4xx", "NotAMember"} {

@@ -205,8 +205,9 @@ func (p Parked) String() string {
 }
 
 // RunParked starts n runs whose step fails and backs off for an hour, waits
-// until every one is parked, and measures the process's memory.
-func RunParked(ctx context.Context, e *reprise.Engine, n int) (Parked, error) {
+// until every one is parked (no lease held in st, e's store), and measures
+// the process's memory.
+func RunParked(ctx context.Context, e *reprise.Engine, st store.Store, n int) (Parked, error) {
 	input, _ := json.Marshal(runInput{Fail: 1, Policy: "[retry: 1, backoff: 1h]"})
 	base := failures.Load()
 	for range n {
@@ -216,7 +217,7 @@ func RunParked(ctx context.Context, e *reprise.Engine, n int) (Parked, error) {
 	}
 	// Parked means: every step has failed once, and no lease is held.
 	for {
-		w, err := e.Store().NextWake(ctx, &store.NextWakeParams{})
+		w, err := st.NextWake(ctx, &store.NextWakeParams{})
 		if err != nil {
 			return Parked{}, err
 		}

@@ -2,11 +2,11 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"reprise/store"
 	"runtime"
 	"time"
 
@@ -16,6 +16,7 @@ import (
 	"reprise/internal/bench"
 	"reprise/postgres"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
@@ -50,7 +51,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if w.concurrency == 1 {
 			n = max(1, n/10)
 		}
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine) error {
+		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, _ store.Store) error {
 			res, err := bench.RunThroughput(ctx, e, n, w.concurrency, w.fail)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", w.name+":", res)
@@ -63,7 +64,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *lateness > 0 {
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine) error {
+		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, _ store.Store) error {
 			res, err := bench.RunLateness(ctx, e, *lateness, 2*time.Second)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "retry lateness, backoffs spread over 1-2s:", res)
@@ -78,8 +79,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *parked > 0 {
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine) error {
-			res, err := bench.RunParked(ctx, e, *parked)
+		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, st store.Store) error {
+			res, err := bench.RunParked(ctx, e, st, *parked)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "memory:", res)
 			}
@@ -93,8 +94,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// withEngine runs fn against a running engine on a fresh database (or db).
-func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine) error) error {
+// withEngine runs fn against a running engine on a fresh database (or db),
+// and the engine's store.
+func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine, store.Store) error) error {
 	var st store.Store
 	var err error
 	switch {
@@ -132,10 +134,9 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	err = fn(e)
+	err = fn(e, st)
 	cancel()
-	<-done
-	return err
+	return errors.Join(err, <-done)
 }
 
 // benchSchema opens a store on PostgreSQL in a schema of its own, so that

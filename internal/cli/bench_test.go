@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"context"
 	"os"
 	"strings"
 	"testing"
@@ -46,7 +45,7 @@ func TestBenchOnPostgresLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	schemas := func() map[string]bool {
 		rows, err := conn.Query(t.Context(), "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'reprise_bench_%'")
 		if err != nil {

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reprise/store"
 	"time"
 
 	"reprise"
 	"reprise/postgres"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // The demo's order workflow meets the failures users meet: a flaky network
@@ -140,7 +140,12 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	}
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			fmt.Fprintf(stderr, "reprise demo: %v\n", err)
+		}
+	}()
 
 	fmt.Fprintf(stderr, "reprise demo: running an order workflow on %s; its steps fail the ways real ones do...\n", *db)
 	o := order{ID: "A-1001", Item: "espresso machine", Amount: 24900, Address: "221B Nowhere St"}

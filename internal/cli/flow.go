@@ -130,7 +130,7 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 		err = flow.Register(e, f, &flow.Options{Caller: caller})
 	}
 	if err == nil {
-		err = registerNamedSteps(ctx, e, f, caller)
+		err = registerNamedSteps(ctx, e, st, f, caller)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise flow run: %v\n", err)
@@ -139,7 +139,12 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
 	go func() { done <- e.Run(engineCtx) }()
-	defer func() { stopEngine(); <-done }()
+	defer func() {
+		stopEngine()
+		if err := <-done; err != nil {
+			fmt.Fprintf(stderr, "reprise flow run: %v\n", err)
+		}
+	}()
 
 	var opts []reprise.RunOption
 	if *id != "" {
@@ -160,19 +165,23 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stderr, "reprise flow run: %s run %s of flow %s on %s\n", verb, run.ID, f.Name, *db)
 	runID := run.ID
-	waited := make(chan error, 1)
+	var waitErr error
+	waited := make(chan struct{})
 	go func() {
-		var err error
-		run, err = e.Wait(ctx, runID)
-		waited <- err
+		defer close(waited)
+		run, waitErr = e.Wait(ctx, runID)
 	}()
 	select {
-	case err = <-waited:
+	case <-waited:
+		err = waitErr
 	case err = <-done:
-		// The engine stopped by itself: it could not start.
-		done <- err
+		// The engine stopped by itself: it could not start. Its error is
+		// the command's; the wait for the run ends with ctx.
+		done <- nil // for the deferred stop
 		stop()
 		<-waited
+		fmt.Fprintf(stderr, "reprise flow run: %v\n", err)
+		return exitFail
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintf(stderr, "reprise flow run: stopped; the run goes on where it is when you run it again: reprise flow run %s --id %s --db %s\n",
@@ -213,15 +222,15 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // registerNamedSteps registers the steps of kind step that f names, from
-// their definitions in the store (registered through a server's API on
-// this database): flow run has no other steps.
-func registerNamedSteps(ctx context.Context, e *reprise.Engine, f *flow.Flow, caller *httpstep.Caller) error {
+// their definitions in st, e's store (registered through a server's API
+// on this database): flow run has no other steps.
+func registerNamedSteps(ctx context.Context, e *reprise.Engine, st store.Store, f *flow.Flow, caller *httpstep.Caller) error {
 	var errs []error
 	for _, s := range f.Steps {
 		if s.Kind != flow.KindStep || e.HasStep(s.Target) {
 			continue
 		}
-		def, err := e.Store().StepDefGet(ctx, &store.StepDefGetParams{Name: s.Target})
+		def, err := st.StepDefGet(ctx, &store.StepDefGetParams{Name: s.Target})
 		switch {
 		case errors.Is(err, store.ErrNotFound):
 			errs = append(errs, fmt.Errorf("step %s calls step %s, which this database does not define: register it with POST /v1/steps on a server that uses it", s.Name, s.Target))
@@ -233,7 +242,7 @@ func registerNamedSteps(ctx context.Context, e *reprise.Engine, f *flow.Flow, ca
 			errs = append(errs, fmt.Errorf("step %s calls step %s, a %s step: its workers claim it from a server; flow run has none", s.Name, s.Target, def.Kind))
 			continue
 		}
-		if err := e.RegisterStepDefinition(def, storedHTTPStep(e, caller, s.Target)); err != nil {
+		if err := e.RegisterStepDefinition(def, storedHTTPStep(st, caller, s.Target)); err != nil {
 			errs = append(errs, fmt.Errorf("step %s: %w", s.Name, err))
 		}
 	}
@@ -241,11 +250,11 @@ func registerNamedSteps(ctx context.Context, e *reprise.Engine, f *flow.Flow, ca
 }
 
 // storedHTTPStep calls, for each attempt, the URL of the version of the
-// stored step the attempt was scheduled under.
-func storedHTTPStep(e *reprise.Engine, caller *httpstep.Caller, name string) func(context.Context, json.RawMessage) (json.RawMessage, error) {
+// step stored in st that the attempt was scheduled under.
+func storedHTTPStep(st store.Store, caller *httpstep.Caller, name string) func(context.Context, json.RawMessage) (json.RawMessage, error) {
 	return func(ctx context.Context, input json.RawMessage) (json.RawMessage, error) {
 		info, _ := reprise.StepInfoFrom(ctx)
-		def, err := e.Store().StepDefGet(ctx, &store.StepDefGetParams{Name: name, Version: info.StepVersion})
+		def, err := st.StepDefGet(ctx, &store.StepDefGetParams{Name: name, Version: info.StepVersion})
 		if err != nil {
 			return nil, fmt.Errorf("step %s version %d: %w", name, info.StepVersion, err)
 		}
@@ -277,8 +286,8 @@ func writeFlowSteps(w io.Writer, f *flow.Flow, events []store.Event) {
 	}
 	byPos := map[int]ref{}
 	for _, ev := range events {
-		if ev.Type == store.EventVersionMarker && strings.HasPrefix(ev.Step, flow.SkipMarker) {
-			if st := steps[strings.TrimPrefix(ev.Step, flow.SkipMarker)]; st != nil {
+		if ev.Type == store.EventVersionMarker && strings.HasPrefix(ev.Change, flow.SkipMarker) {
+			if st := steps[strings.TrimPrefix(ev.Change, flow.SkipMarker)]; st != nil {
 				st.status = "skipped"
 			}
 			continue

@@ -3,16 +3,21 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"reprise/sqlite"
+	"reprise/store"
 )
 
 // TestFlowRunSurvivesKill runs a flow whose foreach has an item in
@@ -34,8 +39,15 @@ func TestFlowRunSurvivesKill(t *testing.T) {
 		var req struct {
 			Input json.RawMessage `json:"input"`
 		}
-		b, _ := io.ReadAll(r.Body)
-		json.Unmarshal(b, &req)
+		b, err := io.ReadAll(r.Body)
+		if err == nil {
+			err = json.Unmarshal(b, &req)
+		}
+		if err != nil {
+			t.Errorf("an item's request: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		mu.Lock()
 		calls[string(req.Input)]++
 		n := calls[string(req.Input)]
@@ -57,6 +69,7 @@ func TestFlowRunSurvivesKill(t *testing.T) {
 		return out
 	}
 	dir := t.TempDir()
+	db := filepath.Join(dir, "reprise.db")
 	file := writeFile(t, "crash.yaml", `
 flow: crash
 steps:
@@ -65,7 +78,7 @@ steps:
     http: `+svc.URL+`/item
     work_config: {max_retries: 3, backoff: 2500, backoff_type: fixed}
 `)
-	args := []string{"flow", "run", file, "--db", filepath.Join(dir, "reprise.db"), "--id", "crash-1",
+	args := []string{"flow", "run", file, "--db", db, "--id", "crash-1",
 		"--worker-id", "flow-crash", "--input", "[0, 1, 2, 3]", "--json"}
 
 	first := exec.Command(bin, args...)
@@ -74,22 +87,54 @@ steps:
 	if err := first.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// fail kills the first run on the way to the test's failure: its
+	// errors would say nothing more.
+	fail := func(format string, args ...any) {
+		t.Helper()
+		_ = first.Process.Kill()
+		_ = first.Wait()
+		t.Fatalf(format+"\n%s", append(args, firstOut.String())...)
+	}
 	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for c := count(); c["0"] != 1 || c["1"] != 1 || c["3"] != 1 || c["2"] != 1; c = count() {
+		if time.Now().After(deadline) {
+			fail("the items were not called: %v", c)
+		}
+		<-tick.C
+	}
+	// Item 2 waits 2.5 s for its retry: kill the run once the calls'
+	// outcomes are recorded, the others' results and item 2's failure.
+	lite, err := sqlite.Open(db, nil)
+	if err != nil {
+		fail("open the database beside the run: %v", err)
+	}
+	want := fmt.Sprint(map[string]string{"0": "completed", "1": "completed", "2": "failed", "3": "completed"})
 	for {
-		c := count()
-		if c["0"] == 1 && c["1"] == 1 && c["3"] == 1 && c["2"] == 1 {
+		events, err := lite.HistoryList(t.Context(), &store.HistoryListParams{RunID: "crash-1"})
+		if err != nil {
+			fail("history: %v", err)
+		}
+		outcomes := fmt.Sprint(itemOutcomes(events))
+		if outcomes == want {
 			break
 		}
 		if time.Now().After(deadline) {
-			first.Process.Kill()
-			first.Wait()
-			t.Fatalf("the items were not called: %v\n%s", c, firstOut.String())
+			fail("the calls' outcomes recorded: %s, want %s", outcomes, want)
 		}
-		time.Sleep(10 * time.Millisecond)
+		<-tick.C
 	}
-	time.Sleep(500 * time.Millisecond) // the outcomes are recorded; item 2 waits 2.5 s
-	first.Process.Signal(syscall.SIGKILL)
-	first.Wait()
+	if err := lite.Close(); err != nil {
+		fail("close the database: %v", err)
+	}
+	if err := first.Process.Signal(syscall.SIGKILL); err != nil {
+		fail("kill the first run: %v", err)
+	}
+	var exit *exec.ExitError
+	if err := first.Wait(); !errors.As(err, &exit) || exit.ExitCode() != -1 {
+		t.Fatalf("first run: %v, want it killed\n%s", err, firstOut.String())
+	}
 	killedAt := time.Now()
 
 	second := exec.Command(bin, args...)
@@ -120,7 +165,9 @@ steps:
 		t.Fatalf("%v\n%s", err, out)
 	}
 	var compact bytes.Buffer
-	json.Compact(&compact, got.Run.Output)
+	if err := json.Compact(&compact, got.Run.Output); err != nil {
+		t.Fatalf("run %s, output %s: %v", got.Run.Status, got.Run.Output, err)
+	}
 	if got.Run.Status != "completed" || compact.String() != `{"each":[0,1,2,3]}` {
 		t.Fatalf("run %s, output %s", got.Run.Status, got.Run.Output)
 	}
@@ -142,4 +189,26 @@ steps:
 	if retryAt.IsZero() || !retryAt.After(killedAt.Add(-2500*time.Millisecond)) {
 		t.Errorf("item 2's first failure planned its retry for %v", retryAt)
 	}
+}
+
+// itemOutcomes returns the recorded outcome of each item of the foreach
+// each, by item: "completed", or "failed" for a first attempt that failed
+// and planned its retry.
+func itemOutcomes(events []store.Event) map[string]string {
+	items := map[int]string{} // position → item
+	outcomes := map[string]string{}
+	for _, ev := range events {
+		switch item := items[ev.Position]; {
+		case ev.Type == store.EventStepScheduled:
+			if rest, ok := strings.CutPrefix(ev.IdempotencyKey, "each["); ok {
+				items[ev.Position], _, _ = strings.Cut(rest, "]")
+			}
+		case item == "":
+		case ev.Type == store.EventStepCompleted:
+			outcomes[item] = "completed"
+		case ev.Type == store.EventAttemptFailed && ev.Attempt == 1 && !ev.RetryAt.IsZero():
+			outcomes[item] = "failed"
+		}
+	}
+	return outcomes
 }

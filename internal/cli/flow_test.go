@@ -50,7 +50,7 @@ func TestFlowRunFails(t *testing.T) {
 			http.Error(w, "no such order", http.StatusNotFound)
 			return
 		}
-		w.Write([]byte(`{"success": true, "output": "fine"}`))
+		answer(t, w, `{"success": true, "output": "fine"}`)
 	}))
 	t.Cleanup(svc.Close)
 	file := writeFile(t, "f.yaml", "flow: f\nsteps:\n  a:\n    http: "+svc.URL+"/ok\n  b:\n    needs: [a]\n    foreach: [1, 2]\n    http: "+svc.URL+"/bad\n")

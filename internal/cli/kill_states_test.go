@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"net/http"
 	"path/filepath"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"reprise/httpapi"
+	"reprise/store"
 )
 
 // TestServerKilledWithRunsInEveryState kills a server with SIGKILL while
@@ -31,7 +31,7 @@ func TestServerKilledWithRunsInEveryState(t *testing.T) {
 					http.Error(w, "not now", http.StatusServiceUnavailable)
 					return
 				}
-				w.Write([]byte(`{"success": true, "output": "called"}`))
+				answer(t, w, `{"success": true, "output": "called"}`)
 			})
 			first := spawnServer(t, db)
 			c := newClient(t, first.url)

@@ -4,10 +4,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"reprise/store"
 	"strings"
 	"testing"
 	"time"
+
+	"reprise/store"
 )
 
 // TestServerMetrics: after a run, the server's /metrics holds the
@@ -33,7 +34,7 @@ func TestServerMetrics(t *testing.T) {
 		}
 		body, err = io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if err != nil || resp.StatusCode != 200 {
+		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET /metrics: %d %v", resp.StatusCode, err)
 		}
 		if strings.Contains(string(body), "reprise_runs_finished_total{") || time.Now().After(deadline) {

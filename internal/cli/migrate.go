@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"reprise/store"
 	"strings"
 
 	"reprise/postgres"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // migrateMain is `reprise migrate`: it brings a database to this binary's

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reprise/store"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 
 	"reprise/postgres"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 func TestMigrateSQLite(t *testing.T) {
@@ -84,8 +84,11 @@ func testSchema(t *testing.T, prefix string) (dsn, schema string, conn *pgx.Conn
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-		conn.Close(context.Background())
+		ctx := context.WithoutCancel(t.Context())
+		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Error(err)
+		}
+		conn.Close(ctx)
 	})
 	return dsn, schema, conn
 }

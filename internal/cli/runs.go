@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"reprise/store"
 	"text/tabwriter"
 	"time"
 
 	"reprise"
+	"reprise/store"
 )
 
 // runsBackend is what the run commands need, from a database (--db) or

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"reprise/httpapi"
 	"reprise/reprisetest"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // show runs reprise show with args and returns its output.
@@ -97,7 +97,7 @@ func TestShowOnAServer(t *testing.T) {
 		return reprise.Call[int](ctx, "nowhere", n)
 	})
 	env := reprisetest.New(t, &reprise.Config{UnclaimedAfter: 30 * time.Second}, lost)
-	h, err := httpapi.NewHandler(env.Engine, httpapi.Options{})
+	h, err := httpapi.NewHandler(env.Engine, env.Store, httpapi.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,7 +124,7 @@ func (l *hostList) Set(v string) error {
 func envTokens() []string {
 	var tokens tokenList
 	if s := os.Getenv("REPRISE_TOKENS"); s != "" {
-		tokens.Set(s)
+		_ = tokens.Set(s) // it never fails
 	}
 	if t := os.Getenv("REPRISE_TOKEN"); t != "" {
 		tokens = append(tokens, t)
@@ -183,7 +183,7 @@ func (c *serverConfig) check() error {
 func checkExposure(addr string, tokens []string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return fmt.Errorf("--addr %q: %v", addr, err)
+		return fmt.Errorf("--addr %q: %w", addr, err)
 	}
 	if len(tokens) > 0 || host == "localhost" {
 		return nil
@@ -219,7 +219,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		return err
 	}
 	demoSteps := []string{reserveStep.Name(), chargeStep.Name(), shipStep.Name(), refundStep.Name(), releaseStep.Name()}
-	h, err := httpapi.NewHandler(e, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
+	h, err := httpapi.NewHandler(e, st, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
 		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts, Metrics: reg})
 	if err != nil {
 		return err
@@ -228,7 +228,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.addr)
+	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", c.addr)
 	if err != nil {
 		return err
 	}
@@ -252,8 +252,14 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	defer stopEngine()
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- e.Run(engineCtx) }()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := make(chan error, 1) // none once the server is closed
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		served <- err
+	}()
 	fmt.Fprintf(stderr, "reprise server: listening on http://%s (database %s); the web page is at http://%s/\n",
 		ln.Addr(), redact.String(c.db), ln.Addr())
 
@@ -266,24 +272,20 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		// serving without one would accept work nobody does.
 		engineStopped = true
 		srv.Close()
-		<-served
+		err = <-served
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "reprise server: shutting down")
 		stopRequests()
-		shutdownCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		err = srv.Shutdown(shutdownCtx)
 		cancel()
-		<-served
+		err = errors.Join(err, <-served)
 	}
 	stopEngine()
 	if !engineStopped {
 		engineErr = <-engineDone
 	}
-	err = errors.Join(err, engineErr)
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	return err
+	return errors.Join(err, engineErr)
 }
 
 // withWebUI serves the web page at / and the API at its paths (/v1/,

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"reprise/store"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"reprise/httpapi"
+	"reprise/store"
 )
 
 // runningServer is a real reprise server process.
@@ -41,10 +42,11 @@ type serverLog struct {
 	b  strings.Builder
 }
 
-func (b *serverLog) Write(p []byte) (int, error) {
+// addLine adds a line the process wrote.
+func (b *serverLog) addLine(line string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.b.Write(p)
+	b.b.WriteString(line + "\n")
 }
 
 func (b *serverLog) String() string {
@@ -80,7 +82,7 @@ func runServer(t *testing.T, args ...string) *runningServer {
 		re := regexp.MustCompile(`listening on (http://\S+)`)
 		lines := bufio.NewScanner(stderr)
 		for lines.Scan() {
-			p.log.Write([]byte(lines.Text() + "\n"))
+			p.log.addLine(lines.Text())
 			if m := re.FindStringSubmatch(lines.Text()); m != nil {
 				listening <- m[1]
 			}
@@ -93,7 +95,7 @@ func runServer(t *testing.T, args ...string) *runningServer {
 	case <-p.done:
 		t.Fatalf("the server exited (%v) before it listened:\n%s", p.err, p.log)
 	case <-time.After(30 * time.Second):
-		cmd.Process.Kill()
+		_ = cmd.Process.Kill() // on the way to the test's failure: its error says nothing more
 		t.Fatalf("the server did not say where it listens:\n%s", p.log)
 	}
 	p.addr = strings.TrimPrefix(p.url, "http://")
@@ -103,14 +105,18 @@ func runServer(t *testing.T, args ...string) *runningServer {
 			return
 		default:
 		}
-		cmd.Process.Signal(syscall.SIGINT)
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Errorf("interrupt the server: %v", err)
+		}
 		select {
 		case <-p.done:
 			if p.err != nil {
 				t.Errorf("server exit: %v\n%s", p.err, p.log)
 			}
 		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
+			if err := cmd.Process.Kill(); err != nil {
+				t.Errorf("kill the server: %v", err)
+			}
 			t.Errorf("the server did not stop on SIGINT\n%s", p.log)
 		}
 	})
@@ -167,7 +173,7 @@ func slowRequest(addr, token string, headersOnly bool, limit time.Duration) (ans
 			if headersOnly {
 				b = "X-Slow: 1\r\n"
 			}
-			conn.Write([]byte(b)) // fails once the server has closed its side
+			_, _ = io.WriteString(conn, b) // fails once the server has closed its side, which the read says
 		}
 	}
 }
@@ -205,7 +211,7 @@ func TestServerSlowClients(t *testing.T) {
 				continue
 			}
 			resp.Body.Close()
-			if resp.StatusCode != 200 {
+			if resp.StatusCode != http.StatusOK {
 				healthErrs = append(healthErrs, resp.Status)
 			}
 		}
@@ -272,7 +278,7 @@ func TestServerMaxConns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { c.Close() })
 		idle[i] = c
 	}
 	start := time.Now()
@@ -283,12 +289,14 @@ func TestServerMaxConns(t *testing.T) {
 	}
 	resp.Body.Close()
 	waited := time.Since(start)
-	if resp.StatusCode != 200 || waited < timeout/2 {
+	if resp.StatusCode != http.StatusOK || waited < timeout/2 {
 		t.Errorf("/healthz beside 4 idle connections of 4: %s after %v; want 200 after their %v", resp.Status, waited, timeout)
 	}
 	// The idle connections were closed.
 	for _, c := range idle {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := c.Read(make([]byte, 1)); err == nil || os.IsTimeout(err) {
 			t.Errorf("an idle connection: %v, want it closed", err)
 		}
@@ -328,7 +336,7 @@ func TestServerSecretsStaySecret(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() {
-				if _, err := conn.Exec(context.Background(), "ALTER TABLE "+schema+".reprise_run_away RENAME TO reprise_run"); err != nil {
+				if _, err := conn.Exec(t.Context(), "ALTER TABLE "+schema+".reprise_run_away RENAME TO reprise_run"); err != nil {
 					t.Fatal(err)
 				}
 			}()
@@ -364,7 +372,9 @@ func testSecrets(t *testing.T, db, password string, fail func(call func(method, 
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Header.Write(&answers)
+		if err := resp.Header.Write(&answers); err != nil {
+			t.Fatal(err)
+		}
 		fmt.Fprintf(&answers, "%s %s: %d %s\n", method, path, resp.StatusCode, b)
 		return resp.StatusCode, b
 	}
@@ -480,7 +490,8 @@ func TestServerOneProcessPerSQLiteFile(t *testing.T) {
 		out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
 		cancel()
 		code := -1
-		if ee, ok := err.(*exec.ExitError); ok {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
 			code = ee.ExitCode()
 		}
 		if code != exitFail || !strings.Contains(string(out), "in use by another process") ||
@@ -543,7 +554,7 @@ func TestServerConfigErrors(t *testing.T) {
 		}
 		for _, kv := range c.env {
 			k, _, _ := strings.Cut(kv, "=")
-			os.Setenv(k, "")
+			t.Setenv(k, "")
 		}
 	}
 	var stdout, stderr strings.Builder
@@ -598,9 +609,12 @@ func TestServerLongPollOutlivesReadTimeout(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if took := time.Since(start); resp.StatusCode != 200 || took < wait {
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); resp.StatusCode != http.StatusOK || took < wait {
 		t.Errorf("history with wait %v: %d %s after %v", wait, resp.StatusCode, body, took)
 	}
 }

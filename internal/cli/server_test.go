@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"sync"
 	"testing"
@@ -19,6 +18,7 @@ import (
 
 	"reprise"
 	"reprise/httpapi"
+	"reprise/store"
 )
 
 // buildReprise builds the reprise command once per test binary.
@@ -95,22 +95,25 @@ func TestServerHTTPSteps(t *testing.T) {
 			switch n {
 			case 1:
 				w.Header().Set("Retry-After", "1")
-				w.WriteHeader(503)
+				w.WriteHeader(http.StatusServiceUnavailable)
 			case 2:
-				w.WriteHeader(503)
+				w.WriteHeader(http.StatusServiceUnavailable)
 			default:
-				w.Write([]byte(`{"success": true, "output": {"charged": true}}`))
+				answer(t, w, `{"success": true, "output": {"charged": true}}`)
 			}
 		case "/bad":
-			w.WriteHeader(400)
+			w.WriteHeader(http.StatusBadRequest)
 		case "/declined":
-			w.Write([]byte(`{"success": false, "error": {"type": "CardDeclined", "message": "insufficient funds"}}`))
+			answer(t, w, `{"success": false, "error": {"type": "CardDeclined", "message": "insufficient funds"}}`)
 		case "/hang":
-			io.Copy(io.Discard, r.Body) // so that the server notices the client leave
+			// Read the body, so that the server notices the client leave.
+			if _, err := io.Copy(io.Discard, r.Body); err != nil {
+				t.Errorf("read a request's body: %v", err)
+			}
 			<-r.Context().Done()
 		}
 	}))
-	defer endpoint.Close()
+	t.Cleanup(endpoint.Close) // after the subtests, which run in parallel
 	c := newClient(t, startServer(t))
 	ctx := t.Context()
 	for name, policy := range map[string]string{
@@ -126,7 +129,8 @@ func TestServerHTTPSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	history := func(name string) (*store.Run, []store.Event) {
+	history := func(t *testing.T, name string) (*store.Run, []store.Event) {
+		t.Helper()
 		run := waitRun(t, c, "run-"+name)
 		events, err := c.History(ctx, run.ID)
 		if err != nil {
@@ -136,7 +140,8 @@ func TestServerHTTPSteps(t *testing.T) {
 	}
 
 	t.Run("503 twice then 200", func(t *testing.T) {
-		run, events := history("flaky")
+		t.Parallel()
+		run, events := history(t, "flaky")
 		if run.Status != store.RunCompleted || string(run.Output) != `{"charged":true}` {
 			t.Fatalf("run: %+v", run)
 		}
@@ -171,7 +176,8 @@ func TestServerHTTPSteps(t *testing.T) {
 		}
 	})
 	t.Run("400 is not retried", func(t *testing.T) {
-		run, events := history("bad")
+		t.Parallel()
+		run, events := history(t, "bad")
 		stepFailed := eventsOf(events, store.EventStepFailed)
 		if run.Status != store.RunFailed || len(eventsOf(events, store.EventAttemptStarted)) != 1 ||
 			len(stepFailed) != 1 || stepFailed[0].Reason != "permanent" || stepFailed[0].Error.Type != "HTTP4xx" {
@@ -179,7 +185,8 @@ func TestServerHTTPSteps(t *testing.T) {
 		}
 	})
 	t.Run("2xx with success false", func(t *testing.T) {
-		run, events := history("declined")
+		t.Parallel()
+		run, events := history(t, "declined")
 		stepFailed := eventsOf(events, store.EventStepFailed)
 		if run.Status != store.RunFailed || len(eventsOf(events, store.EventAttemptStarted)) != 1 ||
 			len(stepFailed) != 1 || stepFailed[0].Reason != "permanent" || stepFailed[0].Error.Type != "CardDeclined" ||
@@ -188,7 +195,8 @@ func TestServerHTTPSteps(t *testing.T) {
 		}
 	})
 	t.Run("hangs past the timeout", func(t *testing.T) {
-		run, events := history("hang")
+		t.Parallel()
+		run, events := history(t, "hang")
 		failed := eventsOf(events, store.EventAttemptFailed)
 		stepFailed := eventsOf(events, store.EventStepFailed)
 		if run.Status != store.RunFailed || len(failed) != 2 || failed[0].Error.Type != "Timeout" ||

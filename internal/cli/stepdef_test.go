@@ -5,14 +5,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"reprise/store"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +22,7 @@ import (
 
 	"reprise/httpapi"
 	"reprise/httpstep"
+	"reprise/store"
 )
 
 // A serverProc is a reprise server process on a database of the test's,
@@ -67,8 +69,9 @@ func spawnServer(t *testing.T, db string, args ...string) *serverProc {
 		t.Logf("server: %s", lines.Text())
 	}
 	if p.url == "" {
-		cmd.Process.Kill()
-		cmd.Wait()
+		// On the way to the test's failure: their errors say nothing more.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
 		t.Fatal("the server did not say where it listens")
 	}
 	go func() {
@@ -83,14 +86,18 @@ func spawnServer(t *testing.T, db string, args ...string) *serverProc {
 		if p.dead {
 			return
 		}
-		cmd.Process.Signal(syscall.SIGINT)
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Errorf("interrupt the server: %v", err)
+		}
 		select {
 		case err := <-p.done:
 			if err != nil {
 				t.Errorf("server exit: %v\n%s", err, p.output())
 			}
 		case <-time.After(20 * time.Second):
-			cmd.Process.Kill()
+			if err := cmd.Process.Kill(); err != nil {
+				t.Errorf("kill the server: %v", err)
+			}
 			t.Errorf("the server did not stop on SIGINT\n%s", p.output())
 		}
 	})
@@ -110,8 +117,11 @@ func (p *serverProc) kill() {
 	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		p.t.Fatal(err)
 	}
-	<-p.done
 	p.dead = true
+	var exit *exec.ExitError
+	if err := <-p.done; !errors.As(err, &exit) || exit.ExitCode() != -1 {
+		p.t.Fatalf("server exit: %v, want it killed\n%s", err, p.output())
+	}
 }
 
 // stepEndpoint is an HTTP step endpoint that records the run of each call
@@ -123,10 +133,15 @@ type stepEndpoint struct {
 }
 
 func newStepEndpoint(t *testing.T, handle func(path string, n int, w http.ResponseWriter)) *stepEndpoint {
+	t.Helper()
 	ep := &stepEndpoint{calls: map[string][]string{}}
 	ep.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req httpstep.Request
-		json.NewDecoder(r.Body).Decode(&req)
+		if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+			t.Errorf("a step's request: %v", err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
 		ep.mu.Lock()
 		ep.calls[r.URL.Path] = append(ep.calls[r.URL.Path], req.RunID)
 		n := len(ep.calls[r.URL.Path])
@@ -135,6 +150,15 @@ func newStepEndpoint(t *testing.T, handle func(path string, n int, w http.Respon
 	}))
 	t.Cleanup(ep.Close)
 	return ep
+}
+
+// answer writes body as an endpoint's answer; the test fails if it
+// cannot.
+func answer(t *testing.T, w http.ResponseWriter, body string) {
+	t.Helper()
+	if _, err := io.WriteString(w, body); err != nil {
+		t.Errorf("answer %s: %v", body, err)
+	}
 }
 
 func (ep *stepEndpoint) runs(path string) []string {
@@ -216,7 +240,7 @@ func TestServerKilledDuringBackoffKeepsItsAPISteps(t *testing.T) {
 					http.Error(w, "not now", http.StatusInternalServerError)
 					return
 				}
-				w.Write([]byte(`{"success": true, "output": "charged"}`))
+				answer(t, w, `{"success": true, "output": "charged"}`)
 			})
 
 			first := spawnServer(t, db)
@@ -287,7 +311,7 @@ func TestServersShareStepDefinitions(t *testing.T) {
 			http.Error(w, "not now", http.StatusInternalServerError)
 			return
 		}
-		w.Write([]byte(`{"success": true, "output": "` + path + `"}`))
+		answer(t, w, `{"success": true, "output": "`+path+`"}`)
 	})
 	a, b, c := newClient(t, spawnServer(t, db).url), newClient(t, spawnServer(t, db).url), newClient(t, spawnServer(t, db).url)
 	ctx := t.Context()

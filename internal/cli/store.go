@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"reprise/postgres"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // defaultDB is the database of the commands that take --db.

@@ -3,9 +3,10 @@ package cli
 import (
 	"fmt"
 	"io"
-	"reprise/store"
 	"strings"
 	"time"
+
+	"reprise/store"
 )
 
 // writeTimeline prints a run's history for a person: one line per event,
@@ -73,6 +74,18 @@ func describe(ev store.Event, start time.Time, steps map[int]string) string {
 		return fmt.Sprintf("run FAILED          %s", errText(ev.Error))
 	case store.EventRunCancelled:
 		return fmt.Sprintf("run cancelled       %s", ev.Reason)
+	case store.EventRunRedriven:
+		return fmt.Sprintf("run redriven by %s: step %s gets new attempts", ev.By, step)
+	case store.EventSignalReceived:
+		return fmt.Sprintf("signal %s received  payload %s", ev.Signal, clip(string(ev.Input), 60))
+	case store.EventVersionMarker:
+		return fmt.Sprintf("change %s at version %d", ev.Change, ev.Version)
+	case store.EventChildStarted:
+		return fmt.Sprintf("child #%d %s started  workflow %s", ev.Position, ev.Child, ev.Workflow)
+	case store.EventChildCompleted:
+		return fmt.Sprintf("child #%d %s completed  result %s", ev.Position, ev.Child, clip(string(ev.Output), 60))
+	case store.EventChildFailed:
+		return fmt.Sprintf("child #%d %s %s  %s", ev.Position, ev.Child, strings.ToUpper(string(ev.ChildStatus)), errText(ev.Error))
 	}
 	return string(ev.Type)
 }

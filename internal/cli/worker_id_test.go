@@ -5,13 +5,13 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"testing"
 	"time"
 
 	"reprise"
 	"reprise/httpapi"
+	"reprise/store"
 )
 
 // TestServerRestartedUnderItsWorkerID: a server with a fixed --worker-id
@@ -35,7 +35,7 @@ func TestServerRestartedUnderItsWorkerID(t *testing.T) {
 					<-hang // until the test ends: the server that called is killed
 					return
 				}
-				w.Write([]byte(`{"success": true, "output": "charged"}`))
+				answer(t, w, `{"success": true, "output": "charged"}`)
 			})
 			t.Cleanup(func() { close(hang) }) // before the endpoint closes, which waits for it
 

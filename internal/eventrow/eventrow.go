@@ -17,9 +17,10 @@ package eventrow
 import (
 	"encoding/json"
 	"fmt"
-	"reprise/store"
 	"strconv"
 	"time"
+
+	"reprise/store"
 )
 
 // Body returns the body of a row of e alone: its JSON without seq, at and

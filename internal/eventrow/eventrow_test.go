@@ -2,11 +2,11 @@ package eventrow_test
 
 import (
 	"reflect"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"reprise/internal/eventrow"
+	"reprise/store"
 )
 
 var at = time.Date(2026, 11, 22, 8, 0, 0, 123000, time.UTC)
@@ -26,6 +26,7 @@ func row(t *testing.T, events []store.Event) (seq int64, execution int, body []b
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	events := []store.Event{
 		{Seq: 4, Type: store.EventAttemptFailed, At: at, Execution: 1, Position: 1, Step: "charge", Attempt: 1,
 			Error: &store.ErrorInfo{Type: "timeout", Message: "slow"}, Delay: time.Second, RetryAt: at.Add(time.Second)},
@@ -58,6 +59,7 @@ func TestRoundTrip(t *testing.T) {
 // TestBodyOmitsColumns checks that a body leaves out what the row's
 // columns hold.
 func TestBodyOmitsColumns(t *testing.T) {
+	t.Parallel()
 	body, err := eventrow.Body(store.Event{Seq: 3, Type: store.EventRunCompleted, At: at, Execution: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -70,6 +72,7 @@ func TestBodyOmitsColumns(t *testing.T) {
 // TestDecodeOlderRow reads a row of the older layout: one event whose JSON
 // holds seq, at and execution too. The columns win.
 func TestDecodeOlderRow(t *testing.T) {
+	t.Parallel()
 	body := []byte(`{"seq":1,"type":"RunStarted","at":"2026-11-22T08:00:00.000123Z","execution":1,"workflow":"wf"}`)
 	got, err := eventrow.Decode(nil, 1, 1, at, body, 0)
 	if err != nil {
@@ -82,9 +85,37 @@ func TestDecodeOlderRow(t *testing.T) {
 }
 
 func TestDecodeBadBody(t *testing.T) {
+	t.Parallel()
 	for _, body := range []string{`[{"type":`, `{"type":1}`, ``} {
 		if _, err := eventrow.Decode(nil, 2, 1, at, []byte(body), 0); err == nil {
 			t.Errorf("Decode(%q) succeeded", body)
 		}
+	}
+}
+
+// TestDecodeOlderForm reads rows written before the events' shared fields
+// were split: a row of one event and a row of several, as both stores keep
+// them. The names, who and status come out in the fields of their own.
+func TestDecodeOlderForm(t *testing.T) {
+	t.Parallel()
+	one := []byte(`{"type":"SignalReceived","step":"approve","input":true}`)
+	several := []byte(`[{"type":"VersionMarker","position":2,"step":"new-tax","version":2},` +
+		`{"type":"RunRedriven","position":1,"step":"charge","reason":"alice"},` +
+		`{"type":"ChildFailed","position":3,"reason":"cancelled","child":"r/3"}]`)
+	got, err := eventrow.Decode(nil, 1, 1, at, one, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err = eventrow.Decode(got, 4, 1, at, several, 1); err != nil {
+		t.Fatal(err)
+	}
+	want := []store.Event{
+		{Seq: 1, Type: store.EventSignalReceived, At: at, Execution: 1, Signal: "approve", Input: []byte(`true`)},
+		{Seq: 2, Type: store.EventVersionMarker, At: at, Execution: 1, Position: 2, Change: "new-tax", Version: 2},
+		{Seq: 3, Type: store.EventRunRedriven, At: at, Execution: 1, Position: 1, Step: "charge", By: "alice"},
+		{Seq: 4, Type: store.EventChildFailed, At: at, Execution: 1, Position: 3, Child: "r/3", ChildStatus: store.RunCancelled},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %+v\nwant %+v", got, want)
 	}
 }

@@ -28,9 +28,10 @@ type Options struct {
 	// No group, no reads ahead, no merged statements, and the arguments
 	// go to pgx's codecs as they are. Default: false, grouped.
 	Plain bool
-	// Publish is handed the notices of each committed transaction.
+	// Publish is handed the notices of each committed transaction, with
+	// the context of the transaction's call (or of its group's first).
 	// Default: nil, they are dropped.
-	Publish func([]store.Notice)
+	Publish func(context.Context, []store.Notice)
 	// Logger receives the debug lines of groups run again alone and of
 	// transactions tried again. Default: nil, silent.
 	Logger *slog.Logger
@@ -68,7 +69,7 @@ type Options struct {
 type Committer struct {
 	pool    *pgxpool.Pool
 	plain   bool
-	publish func([]store.Notice)
+	publish func(context.Context, []store.Notice)
 	log     *slog.Logger
 	queue   *Batcher[*call]
 	merged  atomic.Int64 // statements sent for several transitions at once
@@ -81,7 +82,7 @@ func New(pool *pgxpool.Pool, o Options) *Committer {
 	c := &Committer{pool: pool, plain: o.Plain, publish: o.Publish, log: o.Logger,
 		queue: NewBatcher[*call](max(o.Writers, 1), maxGroup)}
 	if c.publish == nil {
-		c.publish = func([]store.Notice) {}
+		c.publish = func(context.Context, []store.Notice) {}
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
@@ -191,7 +192,7 @@ func (c *Committer) try(ctx context.Context, fn func(*Tx) error) (retry bool, er
 	if err = t.c.commit(); err != nil {
 		return pgconn.SafeToRetry(err) || RolledBack(err), abort(ctx, conn, err)
 	}
-	c.publish(t.out)
+	c.publish(ctx, t.out)
 	return false, nil
 }
 
@@ -322,7 +323,7 @@ func (c *Committer) shared(group []*call, results []error) error {
 		}
 		return abort(ctx, conn, err)
 	}
-	c.publish(out)
+	c.publish(ctx, out)
 	return nil
 }
 

@@ -40,7 +40,7 @@ func (c *Committer) tryPlain(ctx context.Context, fn func(*Tx) error) (retry boo
 	if err := tx.Commit(ctx); err != nil {
 		return pgconn.SafeToRetry(err) || RolledBack(err), err
 	}
-	c.publish(t.out)
+	c.publish(ctx, t.out)
 	return false, nil
 }
 
