@@ -1,20 +1,18 @@
 package memory
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"reprise/store"
 )
 
-// RunAdvance records a workflow's progress under the run's lease, in this
-// order: the results handed to the workflow (StepCompleted), what it
-// scheduled in position order (steps, timers, markers, children), the
-// positions it cancelled, then its end.
+// RunAdvance records a workflow's progress under the run's lease, as the
+// advance's rules decide (RunAdvanceParams): the results handed to the
+// workflow, what it scheduled (Plan), the positions it cancelled
+// (CancelRequests), then its end (RunFinish).
 //
 // A finished run gives ErrRunFinished whatever the token, so that a stale
 // holder learns the run is over; then a token other than the run's gives
@@ -30,7 +28,7 @@ func (s *Store) RunAdvance(ctx context.Context, p *store.RunAdvanceParams) (*sto
 }
 
 func (s *Store) runAdvance(ctx context.Context, p *store.RunAdvanceParams) (*store.Advanced, error) {
-	if err := checkAdvance(p); err != nil {
+	if err := errors.Join(p.Check(), checkAdvanceJSON(p)); err != nil {
 		return nil, err
 	}
 	now, err := s.begin(ctx)
@@ -53,29 +51,19 @@ func (s *Store) runAdvance(ctx context.Context, p *store.RunAdvanceParams) (*sto
 	return s.advance(r, p, now), nil
 }
 
-// checkAdvance checks what an advance asks for, before the store is
-// looked at.
-func checkAdvance(p *store.RunAdvanceParams) error {
+// checkAdvanceJSON checks the documents of an advance (checkJSON).
+func checkAdvanceJSON(p *store.RunAdvanceParams) error {
 	var errs []error
 	if f := p.Finish; f != nil {
-		if !f.ContinueAsNew && !f.Status.Final() {
-			errs = append(errs, fmt.Errorf("finish with status %q: not an end state", f.Status))
-		}
 		errs = append(errs, checkJSON("finish", f.Output, f.Input))
 	}
 	for _, c := range p.Completed {
 		errs = append(errs, checkJSON(fmt.Sprintf("result of task %d", c.TaskID), c.Output))
 	}
 	for _, st := range p.Steps {
-		if st.Lease && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
-			errs = append(errs, fmt.Errorf("step %d is to be leased: want LeaseOwner and LeaseTTL", st.Position))
-		}
 		errs = append(errs, checkJSON(fmt.Sprintf("step %d", st.Position), st.Input, st.Policy))
 	}
 	for _, c := range p.Children {
-		if c.ID == "" || c.Workflow == "" {
-			errs = append(errs, fmt.Errorf("child at position %d: id and workflow are required", c.Position))
-		}
 		errs = append(errs, checkJSON(fmt.Sprintf("child at position %d", c.Position), c.Input))
 	}
 	return errors.Join(errs...)
@@ -124,7 +112,8 @@ func (s *Store) checkAdvanceOf(r *run, p *store.RunAdvanceParams, now time.Time)
 	return nil
 }
 
-// advance records a checked advance of run r; nothing in it can fail.
+// advance records a checked advance of run r, as its rules decide;
+// nothing in it can fail.
 func (s *Store) advance(r *run, p *store.RunAdvanceParams, now time.Time) *store.Advanced {
 	adv := &store.Advanced{}
 	add := func(events ...store.Event) {
@@ -133,67 +122,52 @@ func (s *Store) advance(r *run, p *store.RunAdvanceParams, now time.Time) *store
 
 	// The results handed to the workflow, as TaskComplete records them.
 	for _, c := range p.Completed {
-		t := s.tasks[c.TaskID]
-		add(store.Event{
-			Type: store.EventStepCompleted, Execution: t.Execution, Position: t.Position, Step: t.Step,
-			Attempt: t.Attempt, Output: c.Output,
-		})
+		add(c.Completed(&s.tasks[c.TaskID].Task))
 	}
 	for _, c := range p.Completed {
 		delete(s.tasks, c.TaskID)
 	}
 
-	// What the workflow scheduled, in position order. An execution that
-	// ends in the same advance records its steps and timers but starts
-	// none of them; its children are started, and cancelled with it.
-	starts := p.Finish == nil
-	var leased []*task
-	for _, it := range plan(p) {
+	// What the workflow scheduled, in position order, and what the plan
+	// says to make for it.
+	plan := p.Plan()
+	p.Stamp(plan, r.Execution, store.Now{At: now})
+	for i := range plan {
+		sc := &plan[i]
 		switch {
-		case it.step != nil:
-			st := it.step
-			add(store.Event{
-				Type: store.EventStepScheduled, Position: st.Position, Step: st.Name, Input: st.Input,
-				Policy: st.PolicyText, IdempotencyKey: st.IdempotencyKey, Version: st.StepVersion,
-			})
-			if !starts {
-				continue
+		case sc.Child != nil:
+			s.createChild(r, p, sc.Child, now)
+		case !sc.Make:
+		case sc.Task != nil:
+			t := s.addTask(sc.Task, now)
+			adv.Tasks = append(adv.Tasks, t.out())
+		case sc.Step != nil:
+			st := sc.Step
+			s.addTask(&store.Task{
+				RunID: r.ID, Execution: r.Execution, Position: st.Position, Step: st.Name, Input: st.Input,
+				IdempotencyKey: st.IdempotencyKey, Policy: st.Policy, Timeout: st.Timeout, StepVersion: st.StepVersion,
+			}, now)
+		case sc.Timer != nil:
+			s.lastTimerID++
+			s.timers[s.lastTimerID] = &timer{
+				id: s.lastTimerID, at: position{r.ID, r.Execution, sc.Timer.Position}, fireAt: sc.Event.FireAt,
 			}
-			t := s.schedule(r, st, now)
-			if st.Lease { // as TaskClaim would lease it
-				add(t.start(p.LeaseOwner, p.LeaseTTL, now))
-				leased = append(leased, t)
-			}
-		case it.timer != nil:
-			tm := it.timer
-			fireAt := now.Add(tm.Delay)
-			if starts {
-				s.lastTimerID++
-				s.timers[s.lastTimerID] = &timer{
-					id: s.lastTimerID, at: position{r.ID, r.Execution, tm.Position}, fireAt: fireAt,
-				}
-			}
-			add(store.Event{Type: store.EventTimerScheduled, Position: tm.Position, Delay: tm.Delay, FireAt: fireAt})
-		case it.marker != nil:
-			m := it.marker
-			add(store.Event{Type: store.EventVersionMarker, Position: m.Position, Change: m.Name, Version: m.Version})
-		case it.child != nil:
-			c := it.child
-			s.createChild(r, c, now)
-			add(store.Event{
-				Type: store.EventChildStarted, Position: c.Position, Child: c.ID, Workflow: c.Workflow, Input: c.Input,
-			})
 		}
+		add(sc.Event)
 	}
 
 	// The positions the workflow no longer waits for: their tasks and
-	// timers go, and a step that had a task says so.
+	// timers, if they had any, are dropped.
+	var dropped map[int]string
 	for _, pos := range p.Cancels {
 		at := position{r.ID, r.Execution, pos}
 		for id, t := range s.tasks {
 			if t.at() == at {
+				if dropped == nil {
+					dropped = make(map[int]string)
+				}
+				dropped[pos] = t.Step
 				delete(s.tasks, id)
-				add(store.Event{Type: store.EventStepCancelRequested, Position: pos, Step: t.Step})
 			}
 		}
 		for id, tm := range s.timers {
@@ -202,81 +176,29 @@ func (s *Store) advance(r *run, p *store.RunAdvanceParams, now time.Time) *store
 			}
 		}
 	}
+	add(p.CancelRequests(dropped)...)
 
 	// The end of the run, or of its execution.
 	switch f := p.Finish; {
 	case f == nil:
 		r.Status = store.RunRunning // a pending run that its holder advances
 	case f.ContinueAsNew:
-		s.dropWork(r.ID, true)
-		s.cancelChildren(r.ID, now, reasonParentFinished)
-		add(store.Event{Type: store.EventRunContinuedAsNew, Input: f.Input})
+		s.dropWork(r.ID, f.DropsFailedSteps())
+		s.cancelChildren(r.ID, now, false)
+		ended, started := f.Continued(r.Workflow, r.Execution)
 		f.Apply(&r.Run)
 		r.Status, r.Input = store.RunRunning, cloneJSON(r.Input)
-		add(store.Event{Type: store.EventRunStarted, Workflow: r.Workflow, Input: f.Input})
+		add(ended, started)
 	default:
 		f.Apply(&r.Run)
 		r.Output, r.Error = cloneJSON(r.Output), cloneError(r.Error)
 		r.owner, r.leaseUntil = "", time.Time{}
-		s.dropWork(r.ID, f.Status != store.RunFailed) // a failed run keeps its failed steps, for a redrive
-		s.cancelChildren(r.ID, now, reasonParentFinished)
-		end, told := ends(f)
-		add(end)
+		s.dropWork(r.ID, f.DropsFailedSteps())
+		s.cancelChildren(r.ID, now, false)
+		add(f.Ended())
 		if r.ParentID != "" {
-			adv.Parent = s.tellParent(r, told, now)
-		}
-	}
-
-	for _, t := range leased {
-		if s.tasks[t.ID] != nil { // not cancelled at once
-			adv.Tasks = append(adv.Tasks, t.out())
+			adv.Parent = s.tellParent(r, store.ChildEnded(r.ID, r.parentPosition, f.Status, f.Output, f.Error), now)
 		}
 	}
 	return adv
-}
-
-// An item is one thing an advance scheduled.
-type item struct {
-	position int
-	step     *store.StepSpec
-	timer    *store.TimerSpec
-	marker   *store.MarkerSpec
-	child    *store.ChildSpec
-}
-
-// plan returns what an advance scheduled in position order; of one
-// position, steps come first, then timers, markers and children. Tasks
-// so take their ids in position order, and tasks ready at the same time
-// are claimed in the workflow's order.
-func plan(p *store.RunAdvanceParams) []item {
-	var items []item
-	for i := range p.Steps {
-		items = append(items, item{position: p.Steps[i].Position, step: &p.Steps[i]})
-	}
-	for i := range p.Timers {
-		items = append(items, item{position: p.Timers[i].Position, timer: &p.Timers[i]})
-	}
-	for i := range p.Markers {
-		items = append(items, item{position: p.Markers[i].Position, marker: &p.Markers[i]})
-	}
-	for i := range p.Children {
-		items = append(items, item{position: p.Children[i].Position, child: &p.Children[i]})
-	}
-	slices.SortStableFunc(items, func(a, b item) int { return cmp.Compare(a.position, b.position) })
-	return items
-}
-
-// ends returns the event that ends a run as f says, and the one that
-// tells its parent.
-func ends(f *store.RunFinish) (end, told store.Event) {
-	switch f.Status {
-	case store.RunCompleted:
-		return store.Event{Type: store.EventRunCompleted, Output: f.Output},
-			store.Event{Type: store.EventChildCompleted, Output: f.Output}
-	case store.RunFailed:
-		return store.Event{Type: store.EventRunFailed, Error: f.Error},
-			store.Event{Type: store.EventChildFailed, Error: f.Error, ChildStatus: f.Status}
-	}
-	return store.Event{Type: store.EventRunCancelled, Error: f.Error},
-		store.Event{Type: store.EventChildFailed, Error: f.Error, ChildStatus: f.Status}
 }

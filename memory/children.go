@@ -8,45 +8,39 @@ import (
 	"reprise/store"
 )
 
-// The reasons in RunCancelled of a child whose parent ended.
-const (
-	reasonParentFinished  = "parent finished"
-	reasonParentCancelled = "parent cancelled"
-)
-
-// createChild creates a child run of the parent's current execution,
-// unowned and pending, with RunStarted in its own history. A run with the
-// id that exists already is left as it is.
-func (s *Store) createChild(parent *run, c *store.ChildSpec, now time.Time) {
+// createChild creates child run c of the advance p of run parent, unowned,
+// as the advance's ChildRun says, with its first events in its own
+// history. A run with the id that exists already is left as it is.
+func (s *Store) createChild(parent *run, p *store.RunAdvanceParams, c *store.ChildSpec, now time.Time) {
 	if s.runs[c.ID] != nil {
 		return
 	}
+	status, events := p.ChildRun(c)
 	r := &run{
 		Run: store.Run{
-			ID: c.ID, Workflow: c.Workflow, Status: store.RunPending, Input: cloneJSON(c.Input),
+			ID: c.ID, Workflow: c.Workflow, Status: status, Input: cloneJSON(c.Input),
 			Execution: 1, ParentID: parent.ID, CreatedAt: now,
 		},
 		parentPosition: c.Position, parentExecution: parent.Execution,
 	}
 	s.runs[r.ID] = r
-	r.appendEvents(now, store.Event{Type: store.EventRunStarted, Workflow: c.Workflow, Input: c.Input})
+	r.appendEvents(now, events...)
 }
 
-// cancelRun cancels an active run: appends RunCancelled{Reason}, drops
-// its work (failed steps too) and cancels its active children, and
-// theirs, with reason "parent cancelled". It tells no parent: the caller
-// does, when it should.
-func (s *Store) cancelRun(r *run, now time.Time, reason string) {
+// cancelRun cancels an active run: appends cancelled, its RunCancelled,
+// drops its work (failed steps too) and cancels its active children, and
+// theirs. It tells no parent: the caller does, when it should.
+func (s *Store) cancelRun(r *run, now time.Time, cancelled store.Event) {
 	r.Status = store.RunCancelled
 	r.owner, r.leaseUntil = "", time.Time{}
-	r.appendEvents(now, store.Event{Type: store.EventRunCancelled, Reason: reason})
+	r.appendEvents(now, cancelled)
 	s.dropWork(r.ID, true)
-	s.cancelChildren(r.ID, now, reasonParentCancelled)
+	s.cancelChildren(r.ID, now, true)
 }
 
-// cancelChildren cancels the active children of a run whose execution
-// ends, in id order.
-func (s *Store) cancelChildren(parentID string, now time.Time, reason string) {
+// cancelChildren cancels the active children of a run that ends, in id
+// order; cancelled says that the run was cancelled (ParentEnded).
+func (s *Store) cancelChildren(parentID string, now time.Time, cancelled bool) {
 	var children []*run
 	for _, r := range s.runs {
 		if r.ParentID == parentID && !r.Status.Final() {
@@ -55,20 +49,18 @@ func (s *Store) cancelChildren(parentID string, now time.Time, reason string) {
 	}
 	slices.SortFunc(children, func(a, b *run) int { return strings.Compare(a.ID, b.ID) })
 	for _, c := range children {
-		s.cancelRun(c, now, reason)
+		s.cancelRun(c, now, store.ParentEnded(cancelled))
 	}
 }
 
-// tellParent appends e (ChildCompleted or ChildFailed) to the parent of a
-// child run that ended, if the parent is active and still in the
-// execution that started the child. It returns what it appended, with the
-// parent's owner to tell, or nil.
+// tellParent appends e, the end of a child run (ChildEnded), to the
+// parent, if the parent still waits for it (ParentWaits). It returns what
+// it appended, with the parent's owner to tell, or nil.
 func (s *Store) tellParent(child *run, e store.Event, now time.Time) *store.Outcome {
 	parent := s.runs[child.ParentID]
-	if parent == nil || parent.Status.Final() || parent.Execution != child.parentExecution {
+	if parent == nil || !store.ParentWaits(parent.Status, parent.Execution, child.parentExecution) {
 		return nil
 	}
-	e.Position, e.Child = child.parentPosition, child.ID
 	events := parent.appendEvents(now, e)
 	return &store.Outcome{RunID: parent.ID, Owner: parent.owner, Events: events}
 }

@@ -3,7 +3,6 @@ package memory
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"reprise/store"
@@ -39,15 +38,4 @@ func (r *run) appendEvents(now time.Time, events ...store.Event) []store.Event {
 	}
 	r.UpdatedAt = now // a run's updated time is its last event's
 	return out
-}
-
-// lastStepEnd returns the run's last StepCompleted or StepFailed of its
-// current execution, or the zero Event.
-func (r *run) lastStepEnd() store.Event {
-	for _, e := range slices.Backward(r.history) {
-		if e.Execution == r.Execution && (e.Type == store.EventStepCompleted || e.Type == store.EventStepFailed) {
-			return e
-		}
-	}
-	return store.Event{}
 }

@@ -42,14 +42,13 @@ func byCreated(a, b *run) int {
 	return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
 }
 
-// RunCreate creates a run and appends RunStarted, or returns the existing
-// run with the id, changed in nothing. With p.Owner it is leased to the
-// owner (and running) under token 1; with p.First, the first advance is
-// recorded in the same transition.
+// RunCreate creates a run and appends its Started, or returns the
+// existing run with the id, changed in nothing. With p.Owner it is leased
+// to the owner (and running) under token 1; with p.First, the first
+// advance is recorded in the same transition.
 //
-// It needs an id and a workflow, as postgres does (sqlite takes them
-// empty). A First with handed results (Completed) gives ErrLeaseLost, as
-// in postgres: no task can be the new run's (sqlite ignores them).
+// A First with handed results (Completed) gives ErrLeaseLost, as in
+// postgres: no task can be the new run's (sqlite ignores them).
 func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.RunLease, bool, error) {
 	lease, created, err := s.runCreate(ctx, p)
 	if err != nil {
@@ -59,17 +58,18 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 }
 
 func (s *Store) runCreate(ctx context.Context, p *store.RunCreateParams) (store.RunLease, bool, error) {
-	if p.ID == "" || p.Workflow == "" {
-		return store.RunLease{}, false, errors.New("id and workflow are required")
+	if err := p.Check(); err != nil {
+		return store.RunLease{}, false, err
 	}
 	if err := checkJSON("input", p.Input); err != nil {
 		return store.RunLease{}, false, err
 	}
+	var first *store.RunAdvanceParams
 	if p.First != nil {
-		if p.Owner == "" {
-			return store.RunLease{}, false, errors.New("a first advance needs an owner")
-		}
-		if err := checkAdvance(p.First); err != nil {
+		fp := *p.First
+		fp.RunID = p.ID
+		first = &fp
+		if err := checkAdvanceJSON(first); err != nil {
 			return store.RunLease{}, false, fmt.Errorf("first advance: %w", err)
 		}
 	}
@@ -92,18 +92,18 @@ func (s *Store) runCreate(ctx context.Context, p *store.RunCreateParams) (store.
 	if p.Owner != "" {
 		r.Status, r.owner, r.leaseUntil, r.token = store.RunRunning, p.Owner, now.Add(p.LeaseTTL), 1
 	}
-	if p.First != nil {
+	if first != nil {
 		// Checked against the new run before it exists: a failed check
 		// leaves no run behind.
-		if err := s.checkAdvanceOf(r, p.First, now); err != nil {
+		if err := s.checkAdvanceOf(r, first, now); err != nil {
 			return store.RunLease{}, false, fmt.Errorf("first advance: %w", err)
 		}
 	}
 	s.runs[r.ID] = r
-	r.appendEvents(now, store.Event{Type: store.EventRunStarted, Workflow: p.Workflow, Input: p.Input})
+	r.appendEvents(now, p.Started())
 	lease := store.RunLease{Token: r.token}
-	if p.First != nil {
-		lease.Advanced = s.advance(r, p.First, now)
+	if first != nil {
+		lease.Advanced = s.advance(r, first, now)
 	}
 	lease.Run = r.out()
 	return lease, true, nil
@@ -224,18 +224,17 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 	case r.Status.Final():
 		return nil, fmt.Errorf("cancel run %s: %w", p.ID, store.ErrRunFinished)
 	}
-	s.cancelRun(r, now, p.Reason)
+	s.cancelRun(r, now, p.Cancelled())
 	if r.ParentID != "" {
-		s.tellParent(r, store.Event{Type: store.EventChildFailed, ChildStatus: store.RunCancelled}, now)
+		s.tellParent(r, store.ChildEnded(r.ID, r.parentPosition, store.RunCancelled, nil, nil), now)
 	}
 	return r.out(), nil
 }
 
-// RunRedrive reopens a failed run whose current execution's last step
-// outcome is a StepFailed: the step's task, kept when it failed, is ready
-// again with its attempt count and Base set to it, so that the policy
-// starts afresh. It appends RunRedriven; the run is running again, without
-// output or error, and unowned, for any engine to claim.
+// RunRedrive reopens a failed run as its Redrive decides: the step's
+// task, kept when it failed, is ready again with its attempt count and
+// Base set to it, so that the policy starts afresh. The run is running
+// again, without output or error, and unowned, for any engine to claim.
 func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*store.Run, error) {
 	now, err := s.begin(ctx)
 	if err != nil {
@@ -246,28 +245,27 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 	if r == nil {
 		return nil, fmt.Errorf("redrive run %s: %w", p.ID, store.ErrNotFound)
 	}
-	var kept *task
-	if last := r.lastStepEnd(); r.Status == store.RunFailed && last.Type == store.EventStepFailed {
-		kept = s.failed[position{r.ID, r.Execution, last.Position}]
+	redriven, err := p.Redrive(r.Status, func() (store.Event, error) {
+		last, _ := store.LastStepEnd(r.history, r.Execution)
+		return last, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redrive run %s: %w", p.ID, err)
 	}
-	if kept == nil {
+	at := position{r.ID, r.Execution, redriven.Position}
+	kept := s.failed[at]
+	if kept == nil { // no task kept for the step: nothing to make ready again
 		return nil, fmt.Errorf("redrive run %s: %w", p.ID, store.ErrNotRedrivable)
 	}
-	delete(s.failed, kept.at())
-	s.lastTaskID++
-	s.tasks[s.lastTaskID] = &task{
-		Task: store.Task{
-			ID: s.lastTaskID, RunID: r.ID, Execution: kept.Execution, Position: kept.Position, Step: kept.Step,
-			Input: kept.Input, IdempotencyKey: kept.IdempotencyKey, Policy: kept.Policy, Timeout: kept.Timeout,
-			Attempt: kept.Attempt, Base: kept.Attempt, StepVersion: kept.StepVersion,
-		},
-		readyAt: now,
-	}
+	delete(s.failed, at)
+	s.addTask(&store.Task{
+		RunID: r.ID, Execution: kept.Execution, Position: kept.Position, Step: kept.Step, Input: kept.Input,
+		IdempotencyKey: kept.IdempotencyKey, Policy: kept.Policy, Timeout: kept.Timeout,
+		Attempt: kept.Attempt, Base: kept.Attempt, StepVersion: kept.StepVersion,
+	}, now)
 	r.Status, r.Output, r.Error = store.RunRunning, nil, nil
 	r.owner, r.leaseUntil = "", time.Time{}
-	r.appendEvents(now, store.Event{
-		Type: store.EventRunRedriven, Position: kept.Position, Step: kept.Step, By: p.By,
-	})
+	r.appendEvents(now, redriven)
 	return r.out(), nil
 }
 
@@ -288,6 +286,6 @@ func (s *Store) SignalSend(ctx context.Context, p *store.SignalSendParams) (*sto
 	case r.Status.Final():
 		return nil, fmt.Errorf("signal run %s: %w", p.RunID, store.ErrRunFinished)
 	}
-	events := r.appendEvents(now, store.Event{Type: store.EventSignalReceived, Signal: p.Name, Input: p.Payload})
+	events := r.appendEvents(now, p.Received())
 	return &store.Outcome{RunID: r.ID, Owner: r.owner, Events: events}, nil
 }

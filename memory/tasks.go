@@ -52,40 +52,14 @@ func (s *Store) tasksWhere(keep func(*task) bool, order func(a, b *task) int) []
 	return tasks
 }
 
-// schedule makes a step of run r a ready task.
-func (s *Store) schedule(r *run, st *store.StepSpec, now time.Time) *task {
+// addTask keeps a copy of t as a new task, under the next id: ready from
+// now on, or leased if t is.
+func (s *Store) addTask(t *store.Task, now time.Time) *task {
 	s.lastTaskID++
-	t := &task{
-		Task: store.Task{
-			ID: s.lastTaskID, RunID: r.ID, Execution: r.Execution, Position: st.Position, Step: st.Name,
-			Input: cloneJSON(st.Input), IdempotencyKey: st.IdempotencyKey, Policy: cloneJSON(st.Policy),
-			Timeout: st.Timeout, StepVersion: st.StepVersion,
-		},
-		readyAt: now,
-	}
-	s.tasks[t.ID] = t
-	return t
-}
-
-// start starts the task's next attempt under a new token, leased to owner
-// for ttl cut to the attempt's timeout, and returns its AttemptStarted,
-// for the caller to append. A claim, a step leased as it is scheduled and
-// a retry leased at once all start an attempt so.
-func (t *task) start(owner string, ttl time.Duration, now time.Time) store.Event {
-	t.Attempt++
-	t.Token++
-	t.Owner, t.StartedAt = owner, now
-	if t.FirstStartedAt.IsZero() {
-		t.FirstStartedAt = now
-	}
-	if t.Timeout > 0 && t.Timeout < ttl {
-		ttl = t.Timeout
-	}
-	t.LeaseUntil = now.Add(ttl)
-	return store.Event{
-		Type: store.EventAttemptStarted, Execution: t.Execution, Position: t.Position, Step: t.Step,
-		Attempt: t.Attempt, Worker: owner, LeaseUntil: t.LeaseUntil, IdempotencyKey: t.IdempotencyKey,
-	}
+	kept := &task{Task: *t, readyAt: now}
+	kept.ID, kept.Input, kept.Policy = s.lastTaskID, cloneJSON(t.Input), cloneJSON(t.Policy)
+	s.tasks[kept.ID] = kept
+	return kept
 }
 
 // leased returns the task whose attempt a write is about: its token must
@@ -99,13 +73,9 @@ func (s *Store) leased(id, token int64, lapsed bool, now time.Time) (*task, erro
 	return t, nil
 }
 
-// report appends events about the task's current attempt to its run, and
-// returns them with the run's owner to tell.
+// report appends events about the task's attempt to its run, and returns
+// them with the run's owner to tell.
 func (s *Store) report(t *task, now time.Time, events ...store.Event) *store.Outcome {
-	for i := range events {
-		e := &events[i]
-		e.Execution, e.Position, e.Step, e.Attempt = t.Execution, t.Position, t.Step, t.Attempt
-	}
 	r := s.runs[t.RunID]
 	return &store.Outcome{RunID: r.ID, Owner: r.owner, Events: r.appendEvents(now, events...)}
 }
@@ -118,17 +88,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 	if p.Owner == "" {
 		return nil, errors.New("claim tasks: owner is required")
 	}
-	quota := make(map[string]int) // by step name
-	total := 0
-	for _, q := range p.Steps {
-		if q.Limit > 0 {
-			quota[q.Name] = max(quota[q.Name], q.Limit)
-			total += q.Limit
-		}
-	}
-	if p.Limit > 0 {
-		total = min(total, p.Limit)
-	}
+	total := p.Total()
 	if total == 0 {
 		return nil, nil
 	}
@@ -137,6 +97,12 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 		return nil, fmt.Errorf("claim tasks: %w", err)
 	}
 	defer s.mu.Unlock()
+	quota := make(map[string]int) // by step name
+	for _, q := range p.Steps {
+		if q.Limit > 0 {
+			quota[q.Name] = max(quota[q.Name], q.Limit)
+		}
+	}
 	var picked []*task
 	for name, limit := range quota {
 		ready := s.tasksWhere(func(t *task) bool { return t.Step == name && t.ready(now) }, byReady)
@@ -146,7 +112,8 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 	picked = picked[:min(len(picked), total)]
 	tasks := make([]*store.Task, len(picked))
 	for i, t := range picked {
-		s.runs[t.RunID].appendEvents(now, t.start(p.Owner, p.LeaseTTL, now))
+		t.Start(p.Owner, p.LeaseTTL, store.Now{At: now})
+		s.runs[t.RunID].appendEvents(now, t.AttemptStarted())
 		if p.Keep {
 			s.attempts[t.ID] = append(s.attempts[t.ID], store.TaskAttempt{
 				TaskID: t.ID, Token: t.Token, RunID: t.RunID, Execution: t.Execution, Position: t.Position,
@@ -218,27 +185,21 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 		return nil, fmt.Errorf("complete task %d: %w", p.TaskID, err)
 	}
 	delete(s.tasks, t.ID)
-	return s.report(t, now, store.Event{Type: store.EventStepCompleted, Output: p.Output}), nil
+	return s.report(t, now, p.Completed(&t.Task)), nil
 }
 
-// TaskFail records a failed attempt and the policy's decision: appends
-// AttemptFailed, then makes the task ready again at the retry time, or
-// appends StepFailed and moves the task aside, for RunRedrive. A lapsed
-// lease (p.Expired) counts towards the task's Lapses; any other result
-// resets them.
+// TaskFail records a failed attempt and the policy's decision, as
+// TaskFailParams decides: the task is ready again at the retry time, or
+// the step fails and the task is moved aside, for RunRedrive.
 //
-// With p.LeaseNext, a retry at once starts the next attempt as a claim
-// would, under a new token and a new lease (AttemptStarted follows), as
-// sqlite does. It never keeps the lease before, nor starts the attempt in
-// place under the same token, as postgres may (TaskFailParams.LeaseNext).
-// LeaseNext needs LeaseOwner and LeaseTTL even when a delay or a failure
-// for good makes it moot, as in postgres (sqlite checks them only when it
-// leases).
+// With LeasesNext, the next attempt starts as a claim would start it,
+// under a new token and a new lease, as sqlite does. It never keeps the
+// lease before, nor starts the attempt in place under the same token, as
+// postgres may (TaskFailParams.LeaseNext).
 func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.Outcome, error) {
-	if p.LeaseNext && (p.LeaseOwner == "" || p.LeaseTTL <= 0) {
-		return nil, fmt.Errorf("fail task %d: leasing the next attempt needs LeaseOwner and LeaseTTL", p.TaskID)
+	if err := p.Check(); err != nil {
+		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
-	leaseNext := p.LeaseNext && p.Retry && p.Delay == 0
 	now, err := s.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
@@ -248,28 +209,24 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 	if err != nil {
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
-	failed := store.Event{Type: store.EventAttemptFailed, Error: &p.Error, Rule: p.Rule}
-	if !p.Retry {
-		failed.Reason = p.Reason
+	events := p.Failed(nil, &t.Task, store.Now{At: now})
+	switch {
+	case !p.Retry: // the step is kept as it failed, for a redrive
 		delete(s.tasks, t.ID)
 		s.failed[t.at()] = t
-		return s.report(t, now, failed, store.Event{Type: store.EventStepFailed, Error: &p.Error, Reason: p.Reason}), nil
-	}
-	failed.Delay, failed.RetryAt = p.Delay, now.Add(p.Delay)
-	out := s.report(t, now, failed)
-	if p.Expired {
-		t.Lapses++
-	} else {
-		t.Lapses = 0
-	}
-	if leaseNext {
+		return s.report(t, now, events...), nil
+	case p.LeasesNext():
+		t.Lapses = p.Lapses(t.Lapses)
+		t.Start(p.LeaseOwner, p.LeaseTTL, store.Now{At: now})
 		t.readyAt = now
-		out.Events = append(out.Events, s.runs[t.RunID].appendEvents(now, t.start(p.LeaseOwner, p.LeaseTTL, now))...)
+		out := s.report(t, now, append(events, t.AttemptStarted())...)
 		out.Next = t.out()
 		return out, nil
+	default:
+		t.Lapses = p.Lapses(t.Lapses)
+		t.Owner, t.LeaseUntil, t.readyAt = "", time.Time{}, events[0].RetryAt
+		return s.report(t, now, events...), nil
 	}
-	t.Owner, t.LeaseUntil, t.readyAt = "", time.Time{}, failed.RetryAt
-	return out, nil
 }
 
 // TaskListExpired returns up to p.Limit (zero: 100) leased tasks whose

@@ -47,7 +47,7 @@ func (s *Store) TimerFire(ctx context.Context, p *store.TimerFireParams) ([]*sto
 			byRun[r.ID] = out
 			outcomes = append(outcomes, out)
 		}
-		fired := store.Event{Type: store.EventTimerFired, Execution: tm.at.execution, Position: tm.at.position}
+		fired := store.TimerFired(tm.at.execution, tm.at.position)
 		out.Events = append(out.Events, r.appendEvents(now, fired)...)
 	}
 	return outcomes, nil
