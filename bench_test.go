@@ -24,10 +24,18 @@ func benchEngine(b *testing.B) *reprise.Engine {
 	if err := e.Register(bench.Definitions()...); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(b.Context())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done; st.Close() })
+	b.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Error(err)
+		}
+		if err := st.Close(); err != nil {
+			b.Error(err)
+		}
+	})
 	return e
 }
 
@@ -46,7 +54,7 @@ func BenchmarkSteps(b *testing.B) {
 			e := benchEngine(b)
 			b.ResetTimer()
 			cpu := bench.CPUTime()
-			res, err := bench.RunThroughput(context.Background(), e, b.N, bc.concurrency, bc.fail)
+			res, err := bench.RunThroughput(b.Context(), e, b.N, bc.concurrency, bc.fail)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -65,7 +73,7 @@ func BenchmarkSteps(b *testing.B) {
 func BenchmarkRetryLateness(b *testing.B) {
 	for range b.N {
 		e := benchEngine(b)
-		res, err := bench.RunLateness(context.Background(), e, 1000, 2*time.Second)
+		res, err := bench.RunLateness(b.Context(), e, 1000, 2*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reprise/store"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 
 	"reprise"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // The crash tests run a workload in a child process (this test binary,
@@ -44,7 +44,9 @@ func crashEffect(scenario, effects string) *reprise.StepDef[int, string] {
 			}
 		case "after-effect":
 			if info.RunID == "run-0" && info.Position == 2 && info.Attempt == 1 {
-				syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
+				if err := syscall.Kill(syscall.Getpid(), syscall.SIGKILL); err != nil {
+					return "", fmt.Errorf("kill own process: %w", err)
+				}
 				select {} // the kill is on its way
 			}
 		case "backoff":
@@ -81,6 +83,8 @@ var crashWorkflow = reprise.NewWorkflow("crash", func(ctx context.Context, n int
 })
 
 // TestCrashChild is the child process; it does nothing in a normal run.
+//
+//nolint:paralleltest // a crash test's child process: alone in its process, which it SIGKILLs
 func TestCrashChild(t *testing.T) {
 	scenario := os.Getenv("REPRISE_CRASH_CHILD")
 	if scenario == "" {
@@ -110,7 +114,7 @@ func TestCrashChild(t *testing.T) {
 	if err := e.Register(crashWorkflow, crashEffect(scenario, effects)); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
 	for i := range runs {
@@ -124,7 +128,9 @@ func TestCrashChild(t *testing.T) {
 		}
 	}
 	cancel()
-	<-done
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
 }
 
 type crashChild struct {
@@ -148,7 +154,9 @@ func (c *crashChild) start() *exec.Cmd {
 		c.t.Fatal(err)
 	}
 	c.t.Cleanup(func() {
-		cmd.Process.Kill()
+		if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			c.t.Error(err)
+		}
 		if c.t.Failed() {
 			c.t.Logf("child output:\n%s", out)
 		}
@@ -166,7 +174,7 @@ func (c *crashChild) history() map[string][]reprise.Event {
 	all := map[string][]reprise.Event{}
 	for i := range c.runs {
 		id := fmt.Sprintf("run-%d", i)
-		events, err := st.HistoryList(context.Background(), &store.HistoryListParams{RunID: id})
+		events, err := st.HistoryList(c.t.Context(), &store.HistoryListParams{RunID: id})
 		if err != nil && !errors.Is(err, reprise.ErrNotFound) {
 			c.t.Fatal(err)
 		}
@@ -234,7 +242,11 @@ func killChild(t *testing.T, cmd *exec.Cmd) {
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	cmd.Wait()
+	// Wait reports the kill as an *exec.ExitError; anything else went wrong.
+	var exit *exec.ExitError
+	if err := cmd.Wait(); err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
 }
 
 // checkCrashOutcome runs the child to the end and checks the invariants.

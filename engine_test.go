@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"reprise/store"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +14,7 @@ import (
 	"reprise"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 func countEvents(events []reprise.Event, typ reprise.EventType) int {
@@ -403,7 +403,9 @@ func TestNondeterminismFailsTheRun(t *testing.T) {
 		return 0, errors.New("not yet")
 	}, reprise.WithPolicyText("[retry: 1, backoff: 1h]"))
 	v1 := reprise.NewWorkflow("evolving", func(ctx context.Context, _ int) (int, error) {
-		reprise.Step(ctx, a, 0)
+		if _, err := reprise.Step(ctx, a, 0); err != nil {
+			return 0, err
+		}
 		return reprise.Step(ctx, gate, 0)
 	})
 	env := reprisetest.New(t, nil, v1, a, b, gate)
@@ -415,7 +417,9 @@ func TestNondeterminismFailsTheRun(t *testing.T) {
 
 	// A new engine with changed code replays the run from its history.
 	v2 := reprise.NewWorkflow("evolving", func(ctx context.Context, _ int) (int, error) {
-		reprise.Step(ctx, b, 0)
+		if _, err := reprise.Step(ctx, b, 0); err != nil {
+			return 0, err
+		}
 		return reprise.Step(ctx, gate, 0)
 	})
 	env.Restart(nil, v2, a, b, gate)

@@ -35,7 +35,18 @@ func startExample(defs ...reprise.Definition) (e *reprise.Engine, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
-	return e, func() { cancel(); <-done; st.Close(); os.RemoveAll(dir) }
+	return e, func() {
+		cancel()
+		if err := <-done; err != nil {
+			panic(err)
+		}
+		if err := st.Close(); err != nil {
+			panic(err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			panic(err)
+		}
+	}
 }
 
 func Example() {
@@ -144,7 +155,9 @@ func ExampleContinueAsNew() {
 		if n == 3 {
 			return n, nil
 		}
-		reprise.Sleep(ctx, time.Millisecond)
+		if err := reprise.Sleep(ctx, time.Millisecond); err != nil {
+			return 0, err
+		}
 		return 0, reprise.ContinueAsNew(ctx, n+1) // a fresh, short history
 	})
 	e, stop := startExample(wf)
@@ -333,7 +346,12 @@ func ExampleConfig_poisonAfter() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() { done <- e.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			panic(err)
+		}
+	}()
 
 	h, err := wf.Start(ctx, e, 0)
 	if err != nil {

@@ -2,7 +2,6 @@ package reprise_test
 
 import (
 	"context"
-	"reprise/store"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"reprise"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // pulledInput is the input of a workflow whose one step a pull worker
@@ -93,7 +93,11 @@ func TestFailureTypes(t *testing.T) {
 					}
 					for _, task := range claimed {
 						for _, d := range tt.beats {
-							env.Clock.AfterFunc(d, func() { env.Engine.HeartbeatTask(context.Background(), task.ID, task.Token) })
+							env.Clock.AfterFunc(d, func() {
+								if _, err := env.Engine.HeartbeatTask(t.Context(), task.ID, task.Token); err != nil {
+									t.Error(err)
+								}
+							})
 						}
 					}
 					run, err := env.Store.RunGet(t.Context(), id)

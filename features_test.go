@@ -387,15 +387,21 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	gate := failsFirst("gate", "open", "[retry: 1, backoff: 1h]")
 	b := reprise.NewStep("b", func(ctx context.Context, _ int) (string, error) { return "b", nil })
 	v1 := reprise.NewWorkflow("versioned", func(ctx context.Context, _ int) (string, error) {
-		reprise.Step(ctx, gate, 0)
+		if _, err := reprise.Step(ctx, gate, 0); err != nil {
+			return "", err
+		}
 		return reprise.Step(ctx, a, 0)
 	})
 	v2 := reprise.NewWorkflow("versioned", func(ctx context.Context, _ int) (string, error) {
 		if reprise.Version(ctx, "use-b", reprise.DefaultVersion, 1) == 1 {
-			reprise.Step(ctx, gate, 0)
+			if _, err := reprise.Step(ctx, gate, 0); err != nil {
+				return "", err
+			}
 			return reprise.Step(ctx, b, 0)
 		}
-		reprise.Step(ctx, gate, 0)
+		if _, err := reprise.Step(ctx, gate, 0); err != nil {
+			return "", err
+		}
 		return reprise.Step(ctx, a, 0)
 	})
 	env := reprisetest.New(t, nil, v1, a, b, gate)

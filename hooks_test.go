@@ -3,13 +3,13 @@ package reprise_test
 import (
 	"context"
 	"errors"
-	"reprise/store"
 	"strings"
 	"testing"
 	"time"
 
 	"reprise"
 	"reprise/reprisetest"
+	"reprise/store"
 )
 
 func TestRetryIfAndNextDelayAreRecorded(t *testing.T) {

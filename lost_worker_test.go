@@ -8,11 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reprise/store"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"reprise/store"
 
 	"github.com/jackc/pgx/v5"
 
@@ -36,6 +37,8 @@ import (
 const lostPolicy = "[retry: 3, backoff: 5s, backoff_kind: fixed] [Timeout -> retry: 0] [timeout: 30s]"
 
 // TestLostWorkerChild is the engine process; it does nothing in a normal run.
+//
+//nolint:paralleltest // a lost-worker test's child process: alone in its process, which its parent SIGKILLs
 func TestLostWorkerChild(t *testing.T) {
 	scenario := os.Getenv("REPRISE_LOST_CHILD")
 	if scenario == "" {
@@ -71,7 +74,7 @@ func TestLostWorkerChild(t *testing.T) {
 	if err := e.Register(wf, slow); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
@@ -97,7 +100,7 @@ func openLostStore(t *testing.T, spec string) store.Store {
 		err error
 	)
 	if kind == "postgres" {
-		st, err = postgres.Open(context.Background(), os.Getenv("REPRISE_TEST_POSTGRES"), &postgres.Options{Schema: arg})
+		st, err = postgres.Open(t.Context(), os.Getenv("REPRISE_TEST_POSTGRES"), &postgres.Options{Schema: arg})
 	} else {
 		st, err = sqlite.Open(arg, nil)
 	}
@@ -147,7 +150,9 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
-			cmd.Process.Kill()
+			if err := cmd.Process.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+				t.Error(err)
+			}
 			if t.Failed() {
 				t.Logf("child output:\n%s", out)
 			}
@@ -160,7 +165,7 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 		}
 		st := openLostStore(t, spec)
 		defer st.Close()
-		events, err := st.HistoryList(context.Background(), &store.HistoryListParams{RunID: "run-0"})
+		events, err := st.HistoryList(t.Context(), &store.HistoryListParams{RunID: "run-0"})
 		if err != nil && !errors.Is(err, reprise.ErrNotFound) {
 			t.Fatal(err)
 		}
@@ -277,14 +282,16 @@ func lines(t *testing.T, path string) []string {
 
 func lineCount(t *testing.T, path string) int { return len(lines(t, path)) }
 
+// dropSchema runs in a t.Cleanup, when t.Context() is already done.
 func dropSchema(t *testing.T, schema string) {
-	conn, err := pgx.Connect(context.Background(), os.Getenv("REPRISE_TEST_POSTGRES"))
+	ctx := context.WithoutCancel(t.Context())
+	conn, err := pgx.Connect(ctx, os.Getenv("REPRISE_TEST_POSTGRES"))
 	if err != nil {
 		t.Error(err)
 		return
 	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
 		t.Error(err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
-	"reprise/store"
 	"slices"
 	"sync"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"reprise"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // memoDecodes counts the decodes of a plainInput, by its Note.
@@ -88,7 +88,10 @@ var (
 // input, and that every attempt still sees its input as scheduled, plain
 // or not.
 func TestRetriesAtOnceShareAPlainInput(t *testing.T) {
+	t.Parallel() // the only test of memoSeen and memoDecodes
+	memoSeen.Lock()
 	memoSeen.plain, memoSeen.ref = map[string][]int{}, map[string][][]int{}
+	memoSeen.Unlock()
 	memoDecodes.Clear()
 	env := reprisetest.New(t, nil, memoWorkflow, plainStep, refStep)
 	h, err := memoWorkflow.Start(t.Context(), env.Engine, "once")
@@ -130,6 +133,7 @@ func TestRetriesAtOnceShareAPlainInput(t *testing.T) {
 }
 
 func TestPlainValue(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		typ   reflect.Type
 		plain bool

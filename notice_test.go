@@ -2,12 +2,12 @@ package reprise_test
 
 import (
 	"context"
-	"reprise/store"
 	"sync/atomic"
 	"testing"
 
 	"reprise"
 	"reprise/reprisetest"
+	"reprise/store"
 )
 
 // readCounting is a real store that counts history reads.

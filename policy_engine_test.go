@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"testing"
 	"time"
 
 	"reprise"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // typedErr is a step error whose type name policies can match.
@@ -118,6 +118,9 @@ func checkAttempts(t *testing.T, events []reprise.Event, pol *retry.Policy, atte
 	if stepFailed == nil || retry.Reason(stepFailed.Reason) != reason || stepFailed.Attempt != len(started) {
 		t.Fatalf("StepFailed = %+v, want reason %s after %d attempts", stepFailed, reason, len(started))
 	}
+	if len(delays) > 0 && len(delays) != len(failed)-1 {
+		t.Fatalf("%d attempts failed, want %d (one more than the delays %v)", len(failed), len(delays)+1, delays)
+	}
 	wantType := fail.Type
 	if fail.Hang {
 		wantType = reprise.TypeTimeout
@@ -141,7 +144,7 @@ func checkAttempts(t *testing.T, events []reprise.Event, pol *retry.Policy, atte
 		if !d.Retry || f.Delay != d.Delay || f.RetryAt != f.At.Add(d.Delay) {
 			t.Errorf("attempt %d: recorded delay %v retry_at %v, policy says %+v", i+1, f.Delay, f.RetryAt, d)
 		}
-		if delays != nil && f.Delay != delays[i] {
+		if len(delays) > 0 && f.Delay != delays[i] {
 			t.Errorf("attempt %d: delay %v, want %v", i+1, f.Delay, delays[i])
 		}
 		if f.Rule == "" {
@@ -164,13 +167,21 @@ func TestPerNameDefaultPolicies(t *testing.T) {
 	embed := reprise.NewStep("llm.embed", fail)
 	tool := reprise.NewStep("tool.search", fail)
 	other := reprise.NewStep("other", fail)
+	// Every step fails for good, and the workflow goes on to the next.
+	failed := func(_ int, err error) error {
+		if err == nil {
+			return errors.New("a step that always fails succeeded")
+		}
+		return nil
+	}
 	wf := reprise.NewWorkflow("defaults", func(ctx context.Context, _ int) (int, error) {
-		reprise.Step(ctx, chat, 0)
-		reprise.Step(ctx, embed, 0)
-		reprise.Step(ctx, tool, 0)
-		reprise.Step(ctx, other, 0)
-		reprise.Step(ctx, tool, 0, reprise.WithPolicy(retry.Never)) // the call site wins
-		return 0, nil
+		return 0, errors.Join(
+			failed(reprise.Step(ctx, chat, 0)),
+			failed(reprise.Step(ctx, embed, 0)),
+			failed(reprise.Step(ctx, tool, 0)),
+			failed(reprise.Step(ctx, other, 0)),
+			failed(reprise.Step(ctx, tool, 0, reprise.WithPolicy(retry.Never))), // the call site wins
+		)
 	})
 	def := retry.Attempts(1, retry.None)
 	env := reprisetest.New(t, &reprise.Config{
@@ -185,7 +196,9 @@ func TestPerNameDefaultPolicies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.Wait(h.ID)
+	if run := env.Wait(h.ID); run.Status != reprise.RunCompleted {
+		t.Fatalf("run %s: %v", run.Status, run.Error)
+	}
 	want := map[int]int{1: 4, 2: 3, 3: 2, 4: 1, 5: 1}
 	got := map[int]int{}
 	for _, ev := range env.History(h.ID) {

@@ -1,14 +1,16 @@
 package reprise
 
 import (
-	"reprise/store"
 	"testing"
+
+	"reprise/store"
 )
 
 // TestPushWakesForWhatSettles checks that a runner is woken by events it
 // may have to act on, and by a push without events, but not by attempts
 // started and failed alone, which wait in its inbox.
 func TestPushWakesForWhatSettles(t *testing.T) {
+	t.Parallel()
 	r := &replayer{e: &Engine{act: newActivity(NopObserver{})}, wake: make(chan struct{}, 1), seen: 1} // RunStarted
 	woken := func() bool {
 		select {

@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reprise/store"
 	"testing"
 
 	"reprise"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/store"
 )
 
 // orderError is a workflow's own error type around a step's failure.

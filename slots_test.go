@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"reprise/store"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +14,7 @@ import (
 	"reprise/clock"
 	"reprise/reprisetest"
 	"reprise/sqlite"
+	"reprise/store"
 )
 
 // tempSQLite opens a SQLite store in a file of the test's own, closed when

@@ -4,12 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"reprise/store"
 	"sync"
 	"testing"
 
 	"reprise"
 	"reprise/reprisetest"
+	"reprise/store"
 )
 
 // TestStoredStepScheduledUnderItsCurrentVersion: an engine schedules a

@@ -32,6 +32,8 @@ func (e *Error) Error() string {
 
 // ErrorList is every error Parse found in a flow file, in the order of
 // their places in it. Its Error prints one per line.
+//
+//nolint:errname // named as go/scanner.ErrorList, the standard library's list of one file's errors
 type ErrorList []*Error
 
 func (l ErrorList) Error() string {

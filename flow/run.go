@@ -97,7 +97,6 @@ type flight struct {
 }
 
 type execution struct {
-	ctx    context.Context
 	f      *Flow
 	runID  string
 	input  any
@@ -121,20 +120,20 @@ func execute(ctx context.Context, in RunInput) (json.RawMessage, error) {
 	if err != nil {
 		return nil, &runError{TypeInvalidInput, fmt.Sprintf("input is not JSON: %v", err)}
 	}
-	x := &execution{ctx: ctx, f: f, runID: reprise.RunID(ctx), input: input, states: map[string]*stepState{}}
+	x := &execution{f: f, runID: reprise.RunID(ctx), input: input, states: map[string]*stepState{}}
 	for _, s := range f.Steps {
 		x.states[s.Name] = &stepState{s: s}
 	}
 	for {
-		if err := x.advance(); err != nil {
+		if err := x.advance(ctx); err != nil {
 			return nil, err
 		}
 		if len(x.calls) == 0 {
 			break
 		}
-		fl := x.next()
+		fl := x.next(ctx)
 		out, err := fl.fut.Get(ctx) // settled: at once
-		if err := x.settle(fl, out, err); err != nil {
+		if err := x.settle(ctx, fl, out, err); err != nil {
 			return nil, err
 		}
 	}
@@ -143,12 +142,12 @@ func execute(ctx context.Context, in RunInput) (json.RawMessage, error) {
 
 // next waits for the call in flight that settles first, in the order of
 // the history, and takes it out of the calls in flight. The others go on.
-func (x *execution) next() *flight {
+func (x *execution) next(ctx context.Context) *flight {
 	fs := make([]reprise.Awaitable, len(x.calls))
 	for i, fl := range x.calls {
 		fs[i] = fl.fut
 	}
-	i := reprise.WaitAny(x.ctx, fs...)
+	i := reprise.WaitAny(ctx, fs...)
 	fl := x.calls[i]
 	x.calls = slices.Delete(x.calls, i, i+1)
 	return fl
@@ -156,7 +155,7 @@ func (x *execution) next() *flight {
 
 // advance starts every step whose needs completed, and skips those that
 // can no longer run; it fails the flow when a goal can no longer complete.
-func (x *execution) advance() error {
+func (x *execution) advance(ctx context.Context) error {
 	for _, s := range x.f.order {
 		st := x.states[s.Name]
 		if st.status != waiting {
@@ -184,11 +183,11 @@ func (x *execution) advance() error {
 					x.goalOf(s.Name), s.Name, blocked, why)}
 			}
 			st.status = skipped
-			reprise.Version(x.ctx, SkipMarker+s.Name, 1, 1)
+			reprise.Version(ctx, SkipMarker+s.Name, 1, 1)
 			continue
 		}
 		if ready {
-			if err := x.launch(st); err != nil {
+			if err := x.launch(ctx, st); err != nil {
 				return err
 			}
 		}
@@ -207,14 +206,14 @@ func (x *execution) goalOf(name string) string {
 }
 
 // launch starts a step whose needs completed.
-func (x *execution) launch(st *stepState) error {
+func (x *execution) launch(ctx context.Context, st *stepState) error {
 	s := st.s
 	st.vars = &vars{input: x.input, steps: map[string]any{}}
 	for name := range s.after {
 		if ns := x.states[name]; ns.status == completed {
 			out, err := fromJSON(ns.output)
 			if err != nil {
-				return x.fail(st, nil, &runError{TypeExpression, fmt.Sprintf("step %s: output of %s: %v", s.Name, name, err)})
+				return x.fail(ctx, st, nil, &runError{TypeExpression, fmt.Sprintf("step %s: output of %s: %v", s.Name, name, err)})
 			}
 			st.vars.steps[name] = map[string]any{"output": out}
 		}
@@ -223,25 +222,25 @@ func (x *execution) launch(st *stepState) error {
 	if s.foreach == nil {
 		in, err := x.stepInput(st, nil)
 		if err != nil {
-			return x.fail(st, nil, err)
+			return x.fail(ctx, st, nil, err)
 		}
-		x.issue(st, -1, in)
+		x.issue(ctx, st, -1, in)
 		return nil
 	}
 	list, err := s.foreach.evalAny(st.vars)
 	if err != nil {
-		return x.fail(st, nil, &runError{TypeExpression, fmt.Sprintf("step %s: foreach: %v", s.Name, err)})
+		return x.fail(ctx, st, nil, &runError{TypeExpression, fmt.Sprintf("step %s: foreach: %v", s.Name, err)})
 	}
 	items, ok := list.([]any)
 	if !ok {
-		return x.fail(st, nil, &runError{TypeExpression, fmt.Sprintf("step %s: foreach gives %s, not a list", s.Name, jsonKind(list))})
+		return x.fail(ctx, st, nil, &runError{TypeExpression, fmt.Sprintf("step %s: foreach gives %s, not a list", s.Name, jsonKind(list))})
 	}
 	st.items, st.outputs = items, make([]json.RawMessage, len(items))
 	if len(items) == 0 {
 		st.status, st.output = completed, json.RawMessage("[]")
 		return nil
 	}
-	return x.topUp(st)
+	return x.topUp(ctx, st)
 }
 
 // stepInput evaluates a step's input, for the work item at index i of a
@@ -266,15 +265,15 @@ func (x *execution) stepInput(st *stepState, item *int) (json.RawMessage, error)
 
 // topUp issues a foreach step's next items, as many as its parallelism
 // allows.
-func (x *execution) topUp(st *stepState) error {
+func (x *execution) topUp(ctx context.Context, st *stepState) error {
 	for st.next < len(st.items) && (st.s.Parallelism == 0 || st.inflight < st.s.Parallelism) {
 		i := st.next
 		st.next++
 		in, err := x.stepInput(st, &i)
 		if err != nil {
-			return x.fail(st, nil, err)
+			return x.fail(ctx, st, nil, err)
 		}
-		x.issue(st, i, in)
+		x.issue(ctx, st, i, in)
 	}
 	return nil
 }
@@ -287,7 +286,7 @@ type httpInput struct {
 }
 
 // issue schedules one step call.
-func (x *execution) issue(st *stepState, index int, in json.RawMessage) {
+func (x *execution) issue(ctx context.Context, st *stepState, index int, in json.RawMessage) {
 	s := st.s
 	var arg any = in
 	if s.Kind == KindHTTP {
@@ -297,7 +296,7 @@ func (x *execution) issue(st *stepState, index int, in json.RawMessage) {
 	if s.Policy != nil {
 		opts = append(opts, reprise.WithPolicy(*s.Policy))
 	}
-	fut := reprise.GoCall[json.RawMessage](x.ctx, x.f.EngineStep(s), arg, opts...)
+	fut := reprise.GoCall[json.RawMessage](ctx, x.f.EngineStep(s), arg, opts...)
 	st.inflight++
 	x.calls = append(x.calls, &flight{st: st, index: index, fut: fut})
 }
@@ -319,7 +318,7 @@ func (x *execution) key(s *Step, index int) string {
 }
 
 // settle takes the outcome of a call.
-func (x *execution) settle(fl *flight, out json.RawMessage, err error) error {
+func (x *execution) settle(ctx context.Context, fl *flight, out json.RawMessage, err error) error {
 	st := fl.st
 	if st.status != running {
 		return nil
@@ -331,7 +330,7 @@ func (x *execution) settle(fl *flight, out json.RawMessage, err error) error {
 		} else {
 			err = fmt.Errorf("step %s: %w", st.s.Name, err)
 		}
-		return x.fail(st, fl.fut, err)
+		return x.fail(ctx, st, fl.fut, err)
 	}
 	if len(out) == 0 {
 		out = json.RawMessage("null")
@@ -355,13 +354,13 @@ func (x *execution) settle(fl *flight, out json.RawMessage, err error) error {
 		st.status, st.output = completed, b.Bytes()
 		return nil
 	}
-	return x.topUp(st)
+	return x.topUp(ctx, st)
 }
 
 // fail fails a step. The flow fails with err unless the step is optional;
 // then the step's calls still in flight are cancelled. call is the
 // call whose failure this is, if there is one.
-func (x *execution) fail(st *stepState, call *reprise.Future[json.RawMessage], err error) error {
+func (x *execution) fail(ctx context.Context, st *stepState, call *reprise.Future[json.RawMessage], err error) error {
 	st.status = failed
 	if !st.s.Optional {
 		return err
@@ -381,9 +380,9 @@ func (x *execution) fail(st *stepState, call *reprise.Future[json.RawMessage], e
 		// of no time) wins at once.
 		var first reprise.Awaitable = call
 		if call == nil {
-			first = reprise.After(x.ctx, 0)
+			first = reprise.After(ctx, 0)
 		}
-		reprise.Select(x.ctx, append([]reprise.Awaitable{first}, mine...)...)
+		reprise.Select(ctx, append([]reprise.Awaitable{first}, mine...)...)
 	}
 	return nil
 }

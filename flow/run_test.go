@@ -80,7 +80,9 @@ func newService(t *testing.T) *service {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		io.WriteString(w, body)
+		if _, err := io.WriteString(w, body); err != nil {
+			t.Errorf("%s: write the answer: %v", r.URL.Path, err)
+		}
 	}))
 	t.Cleanup(s.Close)
 	return s

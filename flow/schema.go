@@ -51,7 +51,7 @@ func (s *inputSchema) check(input []byte) error {
 		return fmt.Errorf("input is not JSON: %w", err)
 	}
 	if err := s.s.Validate(v); err != nil {
-		return fmt.Errorf("input does not match the flow's input_schema: %v", err)
+		return fmt.Errorf("input does not match the flow's input_schema: %w", err)
 	}
 	return nil
 }

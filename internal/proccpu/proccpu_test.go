@@ -8,6 +8,7 @@ import (
 )
 
 func TestParseStat(t *testing.T) {
+	t.Parallel()
 	// A comm may hold spaces and parentheses; utime and stime are the 14th
 	// and 15th fields.
 	comm, cpu := parseStat("42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 250 130 0 0 20 0 1 0")
@@ -20,6 +21,7 @@ func TestParseStat(t *testing.T) {
 }
 
 func TestPIDCountsThisProcess(t *testing.T) {
+	t.Parallel() // other tests' CPU only adds to this process's
 	if runtime.GOOS != "linux" {
 		t.Skip("/proc is Linux's")
 	}
