@@ -13,7 +13,7 @@ import (
 
 // benchEngine runs an engine on a SQLite file for the length of the benchmark.
 func benchEngine(b *testing.B) *reprise.Engine {
-	st, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -95,7 +95,7 @@ func TestCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := sqlite.Open(db, nil)
+	st, err := sqlite.Open(t.Context(), db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCrashChild(t *testing.T) {
 		}
 	}
 	for i := range runs {
-		if _, err := e.Wait(ctx, fmt.Sprintf("run-%d", i)); err != nil {
+		if _, err := e.WaitRun(ctx, fmt.Sprintf("run-%d", i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,7 +166,7 @@ func (c *crashChild) start() *exec.Cmd {
 
 // history reads every run's history from the database, as it is now.
 func (c *crashChild) history() map[string][]reprise.Event {
-	st, err := sqlite.Open(c.db(), nil)
+	st, err := sqlite.Open(c.t.Context(), c.db(), nil)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -198,7 +198,7 @@ func TestWaitGivesTheStoredRun(t *testing.T) {
 		// end state comes from memory.
 		waited := make(chan *reprise.Run, 1)
 		go func() {
-			run, err := env.Engine.Wait(t.Context(), h.ID)
+			run, err := env.Engine.WaitRun(t.Context(), h.ID)
 			if err != nil {
 				t.Error(err)
 			}
@@ -231,7 +231,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventAttemptFailed) == 1 })
-	if err := env.Engine.Cancel(t.Context(), h.ID, "user asked"); err != nil {
+	if err := env.Engine.CancelRun(t.Context(), h.ID, "user asked"); err != nil {
 		t.Fatal(err)
 	}
 	env.Clock.Advance(2 * time.Hour) // past the retry's time
@@ -246,7 +246,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 	if calls.Load() != 1 {
 		t.Errorf("step ran %d times after cancel, want 1", calls.Load())
 	}
-	if err := env.Engine.Cancel(t.Context(), h.ID, ""); !errors.Is(err, reprise.ErrRunFinished) {
+	if err := env.Engine.CancelRun(t.Context(), h.ID, ""); !errors.Is(err, reprise.ErrRunFinished) {
 		t.Errorf("second cancel: %v, want ErrRunFinished", err)
 	}
 }

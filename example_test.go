@@ -21,7 +21,7 @@ func startExample(defs ...reprise.Definition) (e *reprise.Engine, stop func()) {
 	if err != nil {
 		panic(err)
 	}
-	st, err := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "example.db"), nil)
 	if err != nil {
 		panic(err)
 	}
@@ -139,7 +139,7 @@ func ExampleWaitSignal() {
 	if err != nil {
 		panic(err)
 	}
-	if err := e.Signal(ctx, h.ID, "approved-by", "alice"); err != nil {
+	if err := e.SignalRun(ctx, h.ID, "approved-by", "alice"); err != nil {
 		panic(err)
 	}
 	out, err := h.Result(ctx)
@@ -218,7 +218,7 @@ func ExampleVersion() {
 	// Output: audited
 }
 
-func ExampleEngine_Redrive() {
+func ExampleEngine_RedriveRun() {
 	var fixed bool
 	step := reprise.NewStep("import", func(ctx context.Context, _ int) (string, error) {
 		if !fixed {
@@ -239,7 +239,7 @@ func ExampleEngine_Redrive() {
 	_, err = h.Result(ctx)
 	fmt.Println("first:", err != nil)
 	fixed = true // the cause is fixed and deployed
-	if err := e.Redrive(ctx, h.ID, "ops@example.com"); err != nil {
+	if err := e.RedriveRun(ctx, h.ID, "ops@example.com"); err != nil {
 		panic(err)
 	}
 	out, err := h.Result(ctx)
@@ -323,7 +323,7 @@ func ExampleConfig_poisonAfter() {
 		panic(err)
 	}
 	defer os.RemoveAll(dir)
-	st, err := sqlite.Open(filepath.Join(dir, "example.db"), nil)
+	st, err := sqlite.Open(context.Background(), filepath.Join(dir, "example.db"), nil)
 	if err != nil {
 		panic(err)
 	}

@@ -241,17 +241,17 @@ func TestSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Both are sent before the workflow waits: they are kept, in order.
-	if err := env.Engine.Signal(t.Context(), h.ID, "approve", "alice"); err != nil {
+	if err := env.Engine.SignalRun(t.Context(), h.ID, "approve", "alice"); err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Engine.Signal(t.Context(), h.ID, "approve", "bob"); err != nil {
+	if err := env.Engine.SignalRun(t.Context(), h.ID, "approve", "bob"); err != nil {
 		t.Fatal(err)
 	}
 	env.Wait(h.ID)
 	if got, err := h.Result(t.Context()); err != nil || got != "alice,bob,timed out" {
 		t.Fatalf("result %q, %v", got, err)
 	}
-	if err := env.Engine.Signal(t.Context(), h.ID, "approve", "late"); !errors.Is(err, reprise.ErrRunFinished) {
+	if err := env.Engine.SignalRun(t.Context(), h.ID, "approve", "late"); !errors.Is(err, reprise.ErrRunFinished) {
 		t.Errorf("signal to a finished run: %v, want ErrRunFinished", err)
 	}
 }
@@ -307,7 +307,7 @@ func TestCancellingParentCancelsChildren(t *testing.T) {
 		run, err := env.Engine.GetRun(t.Context(), childID)
 		return err == nil && run.Status == reprise.RunRunning
 	})
-	if err := env.Engine.Cancel(t.Context(), h.ID, "stop"); err != nil {
+	if err := env.Engine.CancelRun(t.Context(), h.ID, "stop"); err != nil {
 		t.Fatal(err)
 	}
 	if run := env.Wait(childID); run.Status != reprise.RunCancelled {
@@ -537,7 +537,7 @@ func testVersionMarkersAtTheEnd(t *testing.T, st store.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Wait(ctx, id); err != nil {
+		if _, err := e.WaitRun(ctx, id); err != nil {
 			t.Fatal(err)
 		}
 		events, err := e.History(ctx, id)
@@ -587,7 +587,7 @@ func TestRedriveGivesAFreshBudget(t *testing.T) {
 		t.Fatalf("run %s, want failed", run.Status)
 	}
 	fixed.Store(true)
-	if err := env.Engine.Redrive(t.Context(), h.ID, "alice"); err != nil {
+	if err := env.Engine.RedriveRun(t.Context(), h.ID, "alice"); err != nil {
 		t.Fatal(err)
 	}
 	env.Wait(h.ID)
@@ -602,7 +602,7 @@ func TestRedriveGivesAFreshBudget(t *testing.T) {
 	if n := len(eventsOf(events, store.EventAttemptStarted)); n != 4 {
 		t.Errorf("%d attempts, want 3 before the redrive and 1 after", n)
 	}
-	if err := env.Engine.Redrive(t.Context(), h.ID, "bob"); !errors.Is(err, reprise.ErrNotRedrivable) {
+	if err := env.Engine.RedriveRun(t.Context(), h.ID, "bob"); !errors.Is(err, reprise.ErrNotRedrivable) {
 		t.Errorf("redrive of a completed run: %v", err)
 	}
 }
@@ -692,12 +692,12 @@ func TestSignalsSurviveARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := env.Engine.Signal(t.Context(), h.ID, "next", "one"); err != nil {
+	if err := env.Engine.SignalRun(t.Context(), h.ID, "next", "one"); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return countEvents(env.History(h.ID), store.EventSignalReceived) == 1 })
 	env.Restart(nil, wf)
-	if err := env.Engine.Signal(t.Context(), h.ID, "next", "two"); err != nil {
+	if err := env.Engine.SignalRun(t.Context(), h.ID, "next", "two"); err != nil {
 		t.Fatal(err)
 	}
 	env.Wait(h.ID)

@@ -81,7 +81,7 @@ func TestLostWorkerChild(t *testing.T) {
 	if _, _, err := e.StartRun(ctx, "lost", []byte("1"), reprise.WithRunID("run-0")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Wait(ctx, "run-0"); err != nil {
+	if _, err := e.WaitRun(ctx, "run-0"); err != nil {
 		t.Fatal(err)
 	}
 	cancel()
@@ -102,7 +102,7 @@ func openLostStore(t *testing.T, spec string) store.Store {
 	if kind == "postgres" {
 		st, err = postgres.Open(t.Context(), os.Getenv("REPRISE_TEST_POSTGRES"), &postgres.Options{Schema: arg})
 	} else {
-		st, err = sqlite.Open(arg, nil)
+		st, err = sqlite.Open(t.Context(), arg, nil)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +301,7 @@ func dropSchema(t *testing.T, schema string) {
 // the id is free.
 func TestSecondEngineUnderOneWorkerID(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "one.db"), nil)
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "one.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 
 func TestRegisterIsAllOrNothing(t *testing.T) {
 	t.Parallel()
-	st, err := sqlite.Open(":memory:", nil)
+	st, err := sqlite.Open(t.Context(), ":memory:", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

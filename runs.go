@@ -105,7 +105,7 @@ func (e *Engine) History(ctx context.Context, id string) ([]Event, error) {
 // Cancel cancels a run: its timers and pending steps are dropped, running
 // attempts are cancelled with cause ErrCancelled and their results
 // rejected. Cancelling a finished run returns ErrRunFinished.
-func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
+func (e *Engine) CancelRun(ctx context.Context, id, reason string) error {
 	run, err := e.store.RunCancel(ctx, &store.RunCancelParams{ID: id, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
@@ -122,7 +122,7 @@ func (e *Engine) Cancel(ctx context.Context, id, reason string) error {
 // finished stays as it is.
 func (e *Engine) cancelChild(id string) {
 	e.childCancels.Go(func() {
-		if err := e.Cancel(e.storeCtx, id, "lost a select in its parent"); err != nil &&
+		if err := e.CancelRun(e.storeCtx, id, "lost a select in its parent"); err != nil &&
 			!errors.Is(err, ErrRunFinished) && !errors.Is(err, ErrNotFound) {
 			e.log.Warn("cancel child run", "run_id", id, "err", err)
 		}
@@ -158,7 +158,7 @@ func (e *Engine) stopRun(id string) {
 // Signal sends a named signal with a payload to a run; the workflow takes
 // it with WaitSignal. Signals sent before the wait are kept, in order.
 // A finished run gives ErrRunFinished.
-func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) error {
+func (e *Engine) SignalRun(ctx context.Context, runID, name string, payload any) error {
 	if name == "" {
 		return errors.New("signal: name is empty")
 	}
@@ -178,7 +178,7 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload any) er
 // second chance, once the cause is fixed: the step gets a fresh attempt
 // budget and the workflow goes on from there. by says who, for the
 // history; earlier attempts stay in it.
-func (e *Engine) Redrive(ctx context.Context, runID, by string) error {
+func (e *Engine) RedriveRun(ctx context.Context, runID, by string) error {
 	if _, err := e.store.RunRedrive(ctx, &store.RunRedriveParams{ID: runID, By: by}); err != nil {
 		return fmt.Errorf("redrive run %s: %w", runID, err)
 	}
@@ -188,7 +188,7 @@ func (e *Engine) Redrive(ctx context.Context, runID, by string) error {
 }
 
 // Wait waits until run id has finished and returns it.
-func (e *Engine) Wait(ctx context.Context, id string) (*Run, error) {
+func (e *Engine) WaitRun(ctx context.Context, id string) (*Run, error) {
 	for {
 		ch := make(chan *Run, 1)
 		e.mu.Lock()

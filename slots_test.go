@@ -21,7 +21,7 @@ import (
 // the test ends.
 func tempSQLite(t *testing.T) *sqlite.Store {
 	t.Helper()
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func (s *countsWakes) NextWake(ctx context.Context, p *store.NextWakeParams) (st
 func TestStepAtItsLimitLeavesTheDispatcherAsleep(t *testing.T) {
 	t.Parallel()
 	fake := clock.NewFake(reprisetest.Start)
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func (s *failsFirstSchedule) RunAdvance(ctx context.Context, p *store.RunAdvance
 func TestRoomGivenBackWakesTheDispatcher(t *testing.T) {
 	t.Parallel()
 	fake := clock.NewFake(reprisetest.Start)
-	db, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func (h *Handle[O]) Result(ctx context.Context) (O, error) {
 // Await waits for run id to finish and decodes its result.
 func Await[O any](ctx context.Context, e *Engine, id string) (O, error) {
 	var out O
-	run, err := e.Wait(ctx, id)
+	run, err := e.WaitRun(ctx, id)
 	if err != nil {
 		return out, err
 	}
@@ -301,7 +301,7 @@ func Version(ctx context.Context, change string, minV, maxV int) int {
 const DefaultVersion = -1
 
 // WaitSignal returns a future of the payload of the next signal named name
-// sent to the run (Engine.Signal). Signals sent before the wait are kept
+// sent to the run (Engine.SignalRun). Signals sent before the wait are kept
 // in order. Use Select with After for a wait with a timeout. A wait is not
 // a step: it is never retried.
 func WaitSignal[T any](ctx context.Context, name string) *Future[T] {

@@ -57,7 +57,7 @@ func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.De
 	var err error
 	switch kind {
 	case "sqlite":
-		st, err = sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+		st, err = sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), nil)
 	case "postgres":
 		dsn := os.Getenv("REPRISE_TEST_POSTGRES")
 		schema := fmt.Sprintf("reprise_httpapi_%d_%d", time.Now().UnixNano()%1e9, schemaSeq.Add(1))

@@ -274,7 +274,7 @@ func (a *api) waitForEvents(ctx context.Context, id string, seq int64, d time.Du
 	go func() {
 		defer close(finished)
 		// Its return is the signal; the caller reads the run again.
-		_, _ = a.e.Wait(waitCtx, id)
+		_, _ = a.e.WaitRun(waitCtx, id)
 	}()
 	defer func() { cancel(); <-finished }()
 	return poll(waitCtx, d, finished, func(ctx context.Context) (bool, error) {
@@ -379,7 +379,7 @@ type cancelRequest struct {
 
 func (a *api) cancelRun(w http.ResponseWriter, r *http.Request) {
 	req := cancelRequest{Reason: "cancelled through the API"}
-	a.runAction(w, r, &req, func(ctx context.Context, id string) error { return a.e.Cancel(ctx, id, req.Reason) })
+	a.runAction(w, r, &req, func(ctx context.Context, id string) error { return a.e.CancelRun(ctx, id, req.Reason) })
 }
 
 // runAction decodes an optional body into req, applies act to the run and
@@ -446,7 +446,7 @@ type redriveRequest struct {
 // redriveRun gives a run that failed on a step a fresh attempt budget.
 func (a *api) redriveRun(w http.ResponseWriter, r *http.Request) {
 	req := redriveRequest{By: "the API"}
-	a.runAction(w, r, &req, func(ctx context.Context, id string) error { return a.e.Redrive(ctx, id, req.By) })
+	a.runAction(w, r, &req, func(ctx context.Context, id string) error { return a.e.RedriveRun(ctx, id, req.By) })
 }
 
 type signalRequest struct {
@@ -472,7 +472,7 @@ func (a *api) signalRun(w http.ResponseWriter, r *http.Request) {
 	if len(req.Payload) == 0 {
 		req.Payload = json.RawMessage("null")
 	}
-	if err := a.e.Signal(r.Context(), id, req.Name, req.Payload); err != nil {
+	if err := a.e.SignalRun(r.Context(), id, req.Name, req.Payload); err != nil {
 		a.runError(w, r, id, err)
 		return
 	}

@@ -23,7 +23,7 @@ import (
 // later).
 func openStore(t *testing.T) *sqlite.Store {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

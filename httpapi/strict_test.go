@@ -26,7 +26,7 @@ import (
 func strictStores(t *testing.T) map[string]func(t *testing.T) store.Store {
 	stores := map[string]func(t *testing.T) store.Store{
 		"sqlite": func(t *testing.T) store.Store {
-			s, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Synchronous: "OFF"})
+			s, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Synchronous: "OFF"})
 			if err != nil {
 				t.Fatal(err)
 			}

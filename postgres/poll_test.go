@@ -191,7 +191,7 @@ func TestClaimedFreshRunReadsNoHistory(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"c1", "c2", "c3"} {
-		if run, err := e.Wait(ctx, id); err != nil || run.Status != store.RunCompleted {
+		if run, err := e.WaitRun(ctx, id); err != nil || run.Status != store.RunCompleted {
 			t.Fatalf("run %s: %+v, %v", id, run, err)
 		}
 	}

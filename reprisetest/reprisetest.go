@@ -45,7 +45,7 @@ type Env struct {
 func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
 	c := clock.NewFake(Start)
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: c.Now})
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: c.Now})
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}

@@ -35,7 +35,7 @@ func BenchmarkStore(b *testing.B) {
 // run, and 2 or 1 more for a retry.
 func benchmarkRuns(b *testing.B, sync, path string) {
 	leased := path != "claim"
-	s, err := sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), &sqlite.Options{Synchronous: sync})
+	s, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), &sqlite.Options{Synchronous: sync})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 
 func openTest(t *testing.T) *Store {
 	t.Helper()
-	s, err := Open(filepath.Join(t.TempDir(), "reprise.db"), &Options{Synchronous: "OFF"})
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &Options{Synchronous: "OFF"})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -185,7 +185,7 @@ func TestCommitCancelledWhileQueuedNeverRuns(t *testing.T) {
 
 func TestCommitAfterCloseFails(t *testing.T) {
 	t.Parallel()
-	s, err := Open(":memory:", nil)
+	s, err := Open(t.Context(), ":memory:", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestKillLosesNoAcknowledgedWrite(t *testing.T) {
 		t.Fatalf("child acknowledged %d writes before it stopped, want 300", len(acked))
 	}
 
-	s, err := sqlite.Open(path, nil)
+	s, err := sqlite.Open(t.Context(), path, nil)
 	if err != nil {
 		t.Fatalf("reopen after kill: %v", err)
 	}
@@ -74,7 +74,7 @@ func TestKillLosesNoAcknowledgedWrite(t *testing.T) {
 // crashChild creates and advances runs from many goroutines, printing
 // each run's id once both writes returned, until it is killed.
 func crashChild(t *testing.T, path string) {
-	s, err := sqlite.Open(path, nil)
+	s, err := sqlite.Open(t.Context(), path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ import (
 func TestHistoryOlderForm(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "reprise.db")
-	s, err := sqlite.Open(path, &sqlite.Options{Synchronous: "OFF"})
+	s, err := sqlite.Open(t.Context(), path, &sqlite.Options{Synchronous: "OFF"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestHistoryOlderForm(t *testing.T) {
 	// wait says so instead of the test's timeout.
 	wctx, wcancel := context.WithTimeout(ctx, time.Minute)
 	defer wcancel()
-	run, err := e.Wait(wctx, "waits")
+	run, err := e.WaitRun(wctx, "waits")
 	if err != nil {
 		t.Fatal(err)
 	}

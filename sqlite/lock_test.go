@@ -20,7 +20,7 @@ func TestLockChild(t *testing.T) {
 	if path == "" {
 		t.Skip("only runs as the child of TestExclusive")
 	}
-	s, err := sqlite.Open(path, &sqlite.Options{Exclusive: true})
+	s, err := sqlite.Open(t.Context(), path, &sqlite.Options{Exclusive: true})
 	switch {
 	case errors.Is(err, sqlite.ErrLocked):
 		fmt.Printf("locked: %v\n", err)
@@ -51,7 +51,7 @@ func TestExclusive(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "reprise.db")
-	first, err := sqlite.Open(path, &sqlite.Options{Exclusive: true})
+	first, err := sqlite.Open(t.Context(), path, &sqlite.Options{Exclusive: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,12 +64,12 @@ func TestExclusive(t *testing.T) {
 	if err := os.Symlink(path+".lock", link+".lock"); err != nil {
 		t.Fatal(err)
 	}
-	second, err := sqlite.Open(link, &sqlite.Options{Exclusive: true})
+	second, err := sqlite.Open(t.Context(), link, &sqlite.Options{Exclusive: true})
 	if err != nil {
 		t.Fatalf("second open in the process: %v", err)
 	}
 	second.Close()
-	reader, err := sqlite.Open(path, nil)
+	reader, err := sqlite.Open(t.Context(), path, nil)
 	if err != nil {
 		t.Fatalf("open without Exclusive: %v", err)
 	}
@@ -84,7 +84,7 @@ func TestExclusive(t *testing.T) {
 	if out := openInChild(t, path); !strings.HasPrefix(out, "opened\n") {
 		t.Fatalf("after Close, another process's open: %q", out)
 	}
-	mem, err := sqlite.Open(":memory:", &sqlite.Options{Exclusive: true})
+	mem, err := sqlite.Open(t.Context(), ":memory:", &sqlite.Options{Exclusive: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func userVersion(t *testing.T, path string, set int) int {
 func TestMigrateReopenKeepsData(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "reprise.db")
-	s, err := sqlite.Open(path, nil)
+	s, err := sqlite.Open(t.Context(), path, nil)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -59,7 +59,7 @@ func TestMigrateReopenKeepsData(t *testing.T) {
 		t.Fatalf("user_version = %d after Open, want the schema's version", version)
 	}
 
-	s, err = sqlite.Open(path, nil)
+	s, err = sqlite.Open(t.Context(), path, nil)
 	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
@@ -78,14 +78,14 @@ func TestMigrateReopenKeepsData(t *testing.T) {
 func TestMigrateRefusesNewerSchema(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "reprise.db")
-	s, err := sqlite.Open(path, nil)
+	s, err := sqlite.Open(t.Context(), path, nil)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	s.Close()
 	userVersion(t, path, 1000)
 
-	_, err = sqlite.Open(path, &sqlite.Options{Now: time.Now})
+	_, err = sqlite.Open(t.Context(), path, &sqlite.Options{Now: time.Now})
 	if !errors.Is(err, store.ErrSchemaTooNew) {
 		t.Fatalf("Open of a newer schema: err = %v, want ErrSchemaTooNew", err)
 	}
@@ -96,7 +96,7 @@ func TestMigrateRefusesNewerSchema(t *testing.T) {
 
 func TestOpenValidatesOptions(t *testing.T) {
 	t.Parallel()
-	_, err := sqlite.Open(":memory:", &sqlite.Options{Synchronous: "SOMETIMES", BusyTimeout: -1})
+	_, err := sqlite.Open(t.Context(), ":memory:", &sqlite.Options{Synchronous: "SOMETIMES", BusyTimeout: -1})
 	if err == nil {
 		t.Fatal("Open with bad options: no error")
 	}
@@ -141,7 +141,7 @@ func TestMigrateFromVersion1(t *testing.T) {
 	}
 	db.Close()
 
-	s, err := sqlite.Open(path, nil)
+	s, err := sqlite.Open(t.Context(), path, nil)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}

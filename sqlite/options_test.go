@@ -10,7 +10,7 @@ import (
 func TestSynchronousDefault(t *testing.T) {
 	t.Parallel()
 	for opt, want := range map[string]int{"": 1, "NORMAL": 1, "full": 2} {
-		s, err := Open(filepath.Join(t.TempDir(), "reprise.db"), &Options{Synchronous: opt})
+		s, err := Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &Options{Synchronous: opt})
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}

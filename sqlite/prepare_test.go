@@ -25,7 +25,7 @@ func TestStatementsPreparedOnce(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
 	advance := func(d time.Duration) { mu.Lock(); defer mu.Unlock(); now = now.Add(d) }
-	s, err := Open(filepath.Join(t.TempDir(), "p.db"), &Options{Now: clock})
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "p.db"), &Options{Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}

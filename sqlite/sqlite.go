@@ -76,8 +76,9 @@ type Store struct {
 // and writes.
 //
 // A database migrated by a newer reprise gives an error wrapping
-// reprise.ErrSchemaTooNew.
-func Open(path string, opts *Options) (*Store, error) {
+// reprise.ErrSchemaTooNew. ctx bounds the opening and the migration; the
+// store, once open, lives until Close.
+func Open(ctx context.Context, path string, opts *Options) (*Store, error) {
 	if opts == nil {
 		opts = &Options{}
 	}
@@ -94,7 +95,7 @@ func Open(path string, opts *Options) (*Store, error) {
 			return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 		}
 	}
-	if err := s.open(o); err != nil {
+	if err := s.open(ctx, o); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open sqlite store %s: %w", path, err)
 	}
@@ -129,10 +130,7 @@ func (o Options) withDefaults() (Options, error) {
 	return o, errors.Join(errs...)
 }
 
-func (s *Store) open(o Options) error {
-	// Open has no context to give: the connections' pragmas, the migration
-	// and the checkpointer run under one that is never cancelled.
-	ctx := context.Background() //nolint:forbidigo // Open takes no ctx to pass on, and the checkpointer it starts lives until Close
+func (s *Store) open(ctx context.Context, o Options) error {
 	memory := s.path == ":memory:"
 	busy := fmt.Sprintf("busy_timeout(%d)", o.BusyTimeout.Milliseconds())
 	pragmas := []string{
@@ -161,7 +159,7 @@ func (s *Store) open(o Options) error {
 		return err
 	}
 	if !memory {
-		if s.ckpt, err = startCheckpointer(ctx, s.path, busy, 250*time.Millisecond); err != nil {
+		if s.ckpt, err = startCheckpointer(context.WithoutCancel(ctx), s.path, busy, 250*time.Millisecond); err != nil {
 			return err
 		}
 	}

@@ -28,7 +28,7 @@ func TestStoreMemory(t *testing.T) {
 // durability: synchronous is OFF.
 func open(t *testing.T, path string, now func() time.Time) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(path, &sqlite.Options{Now: now, Synchronous: "OFF"})
+	s, err := sqlite.Open(t.Context(), path, &sqlite.Options{Now: now, Synchronous: "OFF"})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -44,7 +44,7 @@ func TestEngines(t *testing.T) {
 	t.Parallel()
 	storetest.Engines(t, func(t *testing.T) (store.Store, store.Store) {
 		path := filepath.Join(t.TempDir(), "reprise.db")
-		first, err := sqlite.Open(path, &sqlite.Options{Synchronous: "OFF"})
+		first, err := sqlite.Open(t.Context(), path, &sqlite.Options{Synchronous: "OFF"})
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}

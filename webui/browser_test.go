@@ -185,7 +185,7 @@ func TestBrowser(t *testing.T) {
 
 	// Live: the page of a waiting run shows its end when a signal ends it.
 	navigate(ctx, t, "open waiter-2", chromedp.Navigate(f.url+"/runs/waiter-2"))
-	if err := f.e.Signal(t.Context(), "waiter-2", "go", "now"); err != nil {
+	if err := f.e.SignalRun(t.Context(), "waiter-2", "go", "now"); err != nil {
 		t.Fatal(err)
 	}
 	step(ctx, t, "wait for the page to show the run completed",

@@ -97,7 +97,7 @@ func (s *syncBuffer) String() string {
 // set.
 func newFixture(t *testing.T, token string) *fixture {
 	t.Helper()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "reprise.db"), nil)
+	st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -464,7 +464,7 @@ func TestLive(t *testing.T) {
 	}
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		if err := f.e.Signal(t.Context(), "w-1", "go", "now"); err != nil {
+		if err := f.e.SignalRun(t.Context(), "w-1", "go", "now"); err != nil {
 			t.Errorf("signal: %v", err)
 		}
 	}()

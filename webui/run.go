@@ -225,19 +225,19 @@ func (h *Handler) doAction(w http.ResponseWriter, r *http.Request, id, action st
 		if reason == "" {
 			reason = "cancelled from the web page"
 		}
-		err, notice = h.cfg.Engine.Cancel(ctx, id, reason), "cancelled"
+		err, notice = h.cfg.Engine.CancelRun(ctx, id, reason), "cancelled"
 	case "redrive":
 		by := f.By
 		if by == "" {
 			by = "the web page"
 		}
-		err, notice = h.cfg.Engine.Redrive(ctx, id, by), "redriven"
+		err, notice = h.cfg.Engine.RedriveRun(ctx, id, by), "redriven"
 	case "signal":
 		payload := json.RawMessage("null")
 		if f.Payload != "" {
 			payload = json.RawMessage(f.Payload)
 		}
-		err, notice = h.cfg.Engine.Signal(ctx, id, f.Name, payload), "signalled"
+		err, notice = h.cfg.Engine.SignalRun(ctx, id, f.Name, payload), "signalled"
 	}
 	switch {
 	case err == nil:

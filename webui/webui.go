@@ -32,9 +32,9 @@ import (
 type Engine interface {
 	GetRun(ctx context.Context, id string) (*reprise.Run, error)
 	History(ctx context.Context, id string) ([]reprise.Event, error)
-	Cancel(ctx context.Context, id, reason string) error
-	Redrive(ctx context.Context, runID, by string) error
-	Signal(ctx context.Context, runID, name string, payload any) error
+	CancelRun(ctx context.Context, id, reason string) error
+	RedriveRun(ctx context.Context, runID, by string) error
+	SignalRun(ctx context.Context, runID, name string, payload any) error
 }
 
 // Store is what the page reads of the engine's store (a store.Store): the

@@ -99,7 +99,7 @@ func RunThroughput(ctx context.Context, e *reprise.Engine, n, concurrency, fail 
 				t0 := time.Now()
 				run, _, err := e.StartRun(ctx, oneStep.Name(), input)
 				if err == nil {
-					run, err = e.Wait(ctx, run.ID)
+					run, err = e.WaitRun(ctx, run.ID)
 				}
 				if err == nil && run.Status != store.RunCompleted {
 					err = fmt.Errorf("run %s is %s", run.ID, run.Status)
@@ -156,7 +156,7 @@ func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Dura
 	}
 	var late []time.Duration
 	for _, id := range ids {
-		if _, err := e.Wait(ctx, id); err != nil {
+		if _, err := e.WaitRun(ctx, id); err != nil {
 			return Lateness{}, err
 		}
 		events, err := e.History(ctx, id)

@@ -106,7 +106,7 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 			return derr
 		}
 		defer os.RemoveAll(dir)
-		st, err = sqlite.Open(filepath.Join(dir, "bench.db"), nil)
+		st, err = sqlite.Open(ctx, filepath.Join(dir, "bench.db"), nil)
 	case isPostgresURL(db):
 		var drop func() error
 		st, drop, err = benchSchema(ctx, db)

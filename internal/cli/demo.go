@@ -156,7 +156,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 	}
 	waitCtx, stop := context.WithTimeout(ctx, time.Minute)
 	defer stop()
-	run, err := e.Wait(waitCtx, h.ID)
+	run, err := e.WaitRun(waitCtx, h.ID)
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise demo: %v\n", err)
 		return exitFail

@@ -169,7 +169,7 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 	waited := make(chan struct{})
 	go func() {
 		defer close(waited)
-		run, waitErr = e.Wait(ctx, runID)
+		run, waitErr = e.WaitRun(ctx, runID)
 	}()
 	select {
 	case <-waited:

@@ -106,7 +106,7 @@ steps:
 	}
 	// Item 2 waits 2.5 s for its retry: kill the run once the calls'
 	// outcomes are recorded, the others' results and item 2's failure.
-	lite, err := sqlite.Open(db, nil)
+	lite, err := sqlite.Open(t.Context(), db, nil)
 	if err != nil {
 		fail("open the database beside the run: %v", err)
 	}

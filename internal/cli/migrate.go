@@ -67,7 +67,7 @@ func migrateDB(ctx context.Context, db, schema string) (version int, where strin
 	if schema != "" {
 		return 0, where, errors.New("--schema applies to PostgreSQL only")
 	}
-	s, err := sqlite.Open(path, nil) // Open migrates
+	s, err := sqlite.Open(ctx, path, nil) // Open migrates
 	if err != nil {
 		return 0, where, err
 	}

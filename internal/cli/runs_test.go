@@ -34,7 +34,7 @@ func TestShowOnADatabase(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "reprise.db")
 	// The runs were written a minute ago.
 	ago := func() time.Time { return time.Now().Add(-time.Minute) }
-	s, err := sqlite.Open(db, &sqlite.Options{Now: ago})
+	s, err := sqlite.Open(t.Context(), db, &sqlite.Options{Now: ago})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ func openStoreWith(ctx context.Context, db string, pg postgres.Options, lite sql
 		return openPostgres(ctx, db, pg)
 	}
 	path := strings.TrimPrefix(db, "sqlite:")
-	s, err := sqlite.Open(path, &lite)
+	s, err := sqlite.Open(ctx, path, &lite)
 	if errors.Is(err, sqlite.ErrLocked) {
 		return nil, fmt.Errorf("open %s: %w; a SQLite file serves one engine process at a time: "+
 			"stop the other one, or use PostgreSQL (--db postgres://...) for several (docs/operations.md)", path, err)

@@ -96,7 +96,7 @@ func BenchmarkInProcess(b *testing.B) {
 				var err error
 				switch db {
 				case "sqlite":
-					st, err = sqlite.Open(filepath.Join(b.TempDir(), "bench.db"), nil)
+					st, err = sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), nil)
 				case "postgres":
 					c := newCluster(b, testDSN(b))
 					st, err = postgres.Open(b.Context(), c.dsn, &postgres.Options{Schema: c.schema, NoMigrate: true, MaxConns: 10})
