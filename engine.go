@@ -338,7 +338,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.replayersWG.Wait()
 	e.childCancels.Wait() // started by replayers only, all ended
 	// Hand the runs over at once rather than when their leases lapse.
-	if err := e.store.RunRenew(e.storeCtx, &store.RunRenewParams{Owner: e.id}); err != nil {
+	if err := e.store.RunRelease(e.storeCtx, &store.RunReleaseParams{Owner: e.id}); err != nil {
 		e.log.Warn("release run leases", "err", err)
 	}
 

@@ -37,7 +37,7 @@ func (e *Engine) identify(ctx context.Context) error {
 
 // release frees the run and task leases an engine that is gone held.
 func (e *Engine) release(ctx context.Context, id string) error {
-	if err := e.store.RunRenew(ctx, &store.RunRenewParams{Owner: id}); err != nil {
+	if err := e.store.RunRelease(ctx, &store.RunReleaseParams{Owner: id}); err != nil {
 		return err
 	}
 	n, err := e.store.TaskRelease(ctx, &store.TaskReleaseParams{Owner: id})

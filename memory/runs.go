@@ -185,11 +185,11 @@ func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.
 }
 
 // RunRenew sets the leases of the owner's active runs, lapsed or not, to
-// lapse p.LeaseTTL from now; a LeaseTTL of zero or less releases them. It
-// needs an owner, as postgres does.
+// lapse p.LeaseTTL from now. It refuses what RunRenewParams' Check refuses
+// (no owner, a LeaseTTL of zero or less).
 func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
-	if p.Owner == "" {
-		return errors.New("renew runs: owner is required")
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("renew runs of %s: %w", p.Owner, err)
 	}
 	now, err := s.begin(ctx)
 	if err != nil {
@@ -197,12 +197,26 @@ func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 	}
 	defer s.mu.Unlock()
 	for _, r := range s.runs {
-		switch {
-		case r.owner != p.Owner || r.Status.Final():
-		case p.LeaseTTL <= 0:
-			r.owner, r.leaseUntil = "", time.Time{}
-		default:
+		if r.owner == p.Owner && !r.Status.Final() {
 			r.leaseUntil = now.Add(p.LeaseTTL)
+		}
+	}
+	return nil
+}
+
+// RunRelease releases the leases of the owner's active runs, lapsed or
+// not, for any engine to claim.
+func (s *Store) RunRelease(ctx context.Context, p *store.RunReleaseParams) error {
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("release runs of %s: %w", p.Owner, err)
+	}
+	if _, err := s.begin(ctx); err != nil {
+		return fmt.Errorf("release runs of %s: %w", p.Owner, err)
+	}
+	defer s.mu.Unlock()
+	for _, r := range s.runs {
+		if r.owner == p.Owner && !r.Status.Final() {
+			r.owner, r.leaseUntil = "", time.Time{}
 		}
 	}
 	return nil

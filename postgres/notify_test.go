@@ -213,7 +213,7 @@ func TestListenRelease(t *testing.T) {
 	if _, _, err := s.RunCreate(t.Context(), &store.RunCreateParams{ID: "r", Workflow: "wf", Owner: "e1", LeaseTTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RunRenew(t.Context(), &store.RunRenewParams{Owner: "e1"}); err != nil {
+	if err := s.RunRelease(t.Context(), &store.RunReleaseParams{Owner: "e1"}); err != nil {
 		t.Fatal(err)
 	}
 	if n := next(t, notices); n.Kind != postgres.NoticeRunReady || n.RunID != "" {

@@ -323,7 +323,8 @@ const claimRunsSQL = `
 		RETURNING ` + runColumns + `, token, last_seq`
 
 // RunRenew sets the leases of the owner's active runs to lapse p.LeaseTTL
-// from now; a zero LeaseTTL releases them, and sends NoticeRunReady.
+// from now. It refuses what RunRenewParams' Check refuses (no owner, a
+// LeaseTTL of zero or less).
 //
 // An engine holds many runs (the benchmark's engine, its whole backlog),
 // and a renewal that locked them all in one transaction held every run's
@@ -332,28 +333,56 @@ const claimRunsSQL = `
 // the transitions of every run waited for it in turn. So it reads the ids
 // of the runs the owner holds, renews them in chunks that skip the rows
 // other transactions hold, each a transaction of its own, and then renews
-// the few it skipped, waiting for them.
+// the few it skipped, waiting for them (setLeases).
 func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
-	if p.Owner == "" {
-		return errors.New("renew run leases: owner is required")
-	}
-	rows, err := s.pool.Query(ctx, `
-		SELECT id FROM reprise_run WHERE owner = $1 AND status IN ('pending', 'running') ORDER BY id`, p.Owner)
-	if err != nil {
+	if err := p.Check(); err != nil {
 		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+	}
+	if _, err := s.setLeases(ctx, p.Owner, p.LeaseTTL); err != nil {
+		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+	}
+	return nil
+}
+
+// RunRelease releases the leases of the owner's active runs, as RunRenew
+// renews them (setLeases), and sends NoticeRunReady if it released any.
+func (s *Store) RunRelease(ctx context.Context, p *store.RunReleaseParams) error {
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("release run leases of %q: %w", p.Owner, err)
+	}
+	released, err := s.setLeases(ctx, p.Owner, 0)
+	if err != nil {
+		return fmt.Errorf("release run leases of %q: %w", p.Owner, err)
+	}
+	if released > 0 {
+		// Released runs wait for another engine to claim them.
+		s.publish(ctx, []Notice{{Kind: NoticeRunReady}})
+	}
+	return nil
+}
+
+// setLeases sets the leases of the owner's active runs to lapse ttl from
+// now, or releases them for a ttl of zero, and returns how many it set:
+// in chunks that skip the rows other transactions hold, then the rows it
+// skipped, waiting for them.
+func (s *Store) setLeases(ctx context.Context, owner string, ttl time.Duration) (int, error) {
+	rows, err := s.pool.Query(ctx, `
+		SELECT id FROM reprise_run WHERE owner = $1 AND status IN ('pending', 'running') ORDER BY id`, owner)
+	if err != nil {
+		return 0, err
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+		return 0, err
 	}
-	renewed := 0
+	set := 0
 	var skipped []string
 	for chunk := range slices.Chunk(ids, renewChunk) {
-		done, err := s.renew(ctx, p, chunk, true)
+		done, err := s.renew(ctx, owner, ttl, chunk, true)
 		if err != nil {
-			return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+			return set, err
 		}
-		renewed += len(done)
+		set += len(done)
 		if len(done) < len(chunk) {
 			// Held by another transaction, or no longer the owner's.
 			skipped = append(skipped, without(chunk, done)...)
@@ -369,18 +398,14 @@ func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 		// for the server's deadlock_timeout).
 		var done []string
 		for try := 1; try == 1 || (try <= renewTries && (pgtx.RolledBack(err) || lockTimedOut(err))); try++ {
-			done, err = s.renew(ctx, p, skipped, false)
+			done, err = s.renew(ctx, owner, ttl, skipped, false)
 		}
 		if err != nil {
-			return fmt.Errorf("renew run leases of %q: %w", p.Owner, err)
+			return set, err
 		}
-		renewed += len(done)
+		set += len(done)
 	}
-	if p.LeaseTTL <= 0 && renewed > 0 {
-		// Released runs wait for another engine to claim them.
-		s.publish(ctx, []Notice{{Kind: NoticeRunReady}})
-	}
-	return nil
+	return set, nil
 }
 
 // renewChunk is how many runs a renewal's transaction renews at most,
@@ -399,11 +424,12 @@ func lockTimedOut(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
-// renew renews those of the runs ids (in id order) that the owner still
-// holds, in a transaction of its own, and returns their ids. With skip,
+// renew renews (or, for a ttl of zero, releases) those of the runs ids
+// (in id order) that the owner still holds, in a transaction of its own,
+// and returns their ids. With skip,
 // it leaves the rows other transactions hold; without, it waits for them,
 // each time for up to renewLockTimeout.
-func (s *Store) renew(ctx context.Context, p *store.RunRenewParams, ids []string, skip bool) ([]string, error) {
+func (s *Store) renew(ctx context.Context, owner string, ttl time.Duration, ids []string, skip bool) ([]string, error) {
 	lock := "FOR UPDATE"
 	if skip {
 		lock = "FOR UPDATE SKIP LOCKED"
@@ -429,7 +455,7 @@ func (s *Store) renew(ctx context.Context, p *store.RunRenewParams, ids []string
 			FROM held, c
 			WHERE r.id = held.held_id
 			RETURNING r.id`,
-			s.clock(), p.Owner, p.LeaseTTL, ids).Query(func(rows pgx.Rows) error {
+			s.clock(), owner, ttl, ids).Query(func(rows pgx.Rows) error {
 			var err error
 			done, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			return err

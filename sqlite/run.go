@@ -256,16 +256,13 @@ func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
-// RunRenew sets the owner's run leases to lapse LeaseTTL from now, or
-// releases them when LeaseTTL is zero.
+// RunRenew sets the owner's run leases to lapse LeaseTTL from now. It
+// refuses what RunRenewParams' Check refuses (a LeaseTTL of zero or less).
 func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("renew runs of %s: %w", p.Owner, err)
+	}
 	err := s.write(ctx, func(tx *txn) error {
-		if p.LeaseTTL <= 0 {
-			_, err := tx.exec(`
-				UPDATE runs SET owner = '', lease_until = 0
-				WHERE owner = ? AND status IN ('pending', 'running')`, p.Owner)
-			return err
-		}
 		_, err := tx.exec(`
 			UPDATE runs SET lease_until = ?
 			WHERE owner = ? AND status IN ('pending', 'running')`, tx.nanos+int64(p.LeaseTTL), p.Owner)
@@ -273,6 +270,23 @@ func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 	})
 	if err != nil {
 		return fmt.Errorf("renew runs of %s: %w", p.Owner, err)
+	}
+	return nil
+}
+
+// RunRelease releases the owner's run leases, for any engine to claim.
+func (s *Store) RunRelease(ctx context.Context, p *store.RunReleaseParams) error {
+	if err := p.Check(); err != nil {
+		return fmt.Errorf("release runs of %s: %w", p.Owner, err)
+	}
+	err := s.write(ctx, func(tx *txn) error {
+		_, err := tx.exec(`
+			UPDATE runs SET owner = '', lease_until = 0
+			WHERE owner = ? AND status IN ('pending', 'running')`, p.Owner)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("release runs of %s: %w", p.Owner, err)
 	}
 	return nil
 }

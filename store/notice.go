@@ -20,7 +20,7 @@ const (
 	NoticeOutcome NoticeKind = "outcome"
 	// NoticeRunReady: run RunID of Workflow was created without an owner
 	// and waits to be claimed; without a RunID, an engine released its
-	// runs (RunRenew with a zero LeaseTTL) and they wait to be claimed.
+	// runs (RunRelease) and they wait to be claimed.
 	NoticeRunReady NoticeKind = "run_ready"
 	// NoticeResync: the listener (re)connected. Notices sent while it was
 	// away are lost, so whoever listens should look at everything now:

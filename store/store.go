@@ -136,8 +136,13 @@ type Store interface {
 	// is running from then on.
 	RunClaim(ctx context.Context, p *RunClaimParams) ([]RunLease, error)
 	// RunRenew sets the leases of all active runs the owner holds to lapse
-	// LeaseTTL from now; a zero LeaseTTL releases them for others to claim.
+	// LeaseTTL from now. A LeaseTTL of zero or less is refused (see
+	// RunRenewParams' Check) and changes nothing: RunRelease releases.
 	RunRenew(ctx context.Context, p *RunRenewParams) error
+	// RunRelease releases the leases of all active runs the owner holds,
+	// so that any engine may claim them at once: an engine shutting down,
+	// or the caller of EngineStart for an engine that is gone.
+	RunRelease(ctx context.Context, p *RunReleaseParams) error
 	// RunAdvance records what the workflow did since its last advance (see
 	// RunAdvanceParams: Plan, Stamp, CancelRequests, and RunFinish's
 	// rules). It checks the run's lease token (ErrLeaseLost) and that the
@@ -282,8 +287,16 @@ type RunLease struct {
 
 // RunRenewParams renews an owner's run leases.
 type RunRenewParams struct {
-	Owner    string
+	// Owner is the worker id that holds the leases.
+	Owner string
+	// LeaseTTL is how long from now the leases last; it must be positive.
 	LeaseTTL time.Duration
+}
+
+// RunReleaseParams releases an owner's run leases.
+type RunReleaseParams struct {
+	// Owner is the worker id that holds the leases.
+	Owner string
 }
 
 // Advanced is what RunAdvance did.

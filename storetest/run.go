@@ -441,15 +441,39 @@ func testRunRenew(t *testing.T, open Open) {
 		}
 	})
 
-	t.Run("ZeroTTLReleasesRuns", func(t *testing.T) {
+	t.Run("RefusesANonPositiveTTL", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		lease := f.create("run-1")
+		for _, ttl := range []time.Duration{0, -time.Second} {
+			err := f.store.RunRenew(t.Context(), &store.RunRenewParams{Owner: engine, LeaseTTL: ttl})
+			if err == nil {
+				t.Fatalf("RunRenew with LeaseTTL %v: no error, want one (RunRelease releases)", ttl)
+			}
+		}
+		// The lease is held still, as it was: not released, not cut short.
+		if got := f.runClaim(engine2, 10); len(got) != 0 {
+			t.Fatalf("claimed %v after a refused renewal", leaseIDs(got))
+		}
+		f.clock.Advance(minute)
+		got := f.runClaim(engine2, 10)
+		if !slices.Equal(leaseIDs(got), []string{"run-1"}) || got[0].Token == lease.Token {
+			t.Fatalf("claimed %+v once the lease lapsed, want run-1 with a new token", got)
+		}
+	})
+}
+
+func testRunRelease(t *testing.T, open Open) {
+	t.Run("ReleasesRuns", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
 
 		lease := f.schedule("run-1", newStep(1, "charge"))
 		task := f.claimOne("charge")
-		err := f.store.RunRenew(t.Context(), &store.RunRenewParams{Owner: engine})
+		err := f.store.RunRelease(t.Context(), &store.RunReleaseParams{Owner: engine})
 		if err != nil {
-			t.Fatalf("RunRenew: %v", err)
+			t.Fatalf("RunRelease: %v", err)
 		}
 		if out := f.complete(task); out.Owner != "" {
 			t.Fatalf("Outcome.Owner = %q after release, want none", out.Owner)

@@ -29,6 +29,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) store.Store
 	t.Run("RunList", func(t *testing.T) { t.Parallel(); testRunList(t, open) })
 	t.Run("RunClaim", func(t *testing.T) { t.Parallel(); testRunClaim(t, open) })
 	t.Run("RunRenew", func(t *testing.T) { t.Parallel(); testRunRenew(t, open) })
+	t.Run("RunRelease", func(t *testing.T) { t.Parallel(); testRunRelease(t, open) })
 	t.Run("RunAdvance", func(t *testing.T) { t.Parallel(); testRunAdvance(t, open) })
 	t.Run("RunAdvanceLease", func(t *testing.T) { t.Parallel(); testRunAdvanceLease(t, open) })
 	t.Run("LeasedAsScheduled", func(t *testing.T) { t.Parallel(); testLeasedAsScheduled(t, open) })

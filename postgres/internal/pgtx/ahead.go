@@ -26,10 +26,10 @@ import (
 //
 // The reads ahead lock with SKIP LOCKED, so that a group never waits while
 // it takes the locks of all its transitions at once (two groups, or a group
-// and RunRenew, would then deadlock more often than one at a time). A read
-// ahead that finds nothing, or not all it locks (a run's parent), may have
-// met a row another transaction holds: the transition reads again, in
-// turn, and waits as it always did (ErrStale).
+// and RunRenew or RunRelease, would then deadlock more often than one at a
+// time). A read ahead that finds nothing, or not all it locks (a run's
+// parent), may have met a row another transaction holds: the transition
+// reads again, in turn, and waits as it always did (ErrStale).
 //
 // A read sent ahead ran before the writes of the transitions that come
 // before it in the group. Each such transition records the runs it locks

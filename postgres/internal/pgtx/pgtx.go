@@ -340,7 +340,7 @@ func sentinel(err error) bool {
 // to break a deadlock (or a serialization failure): nothing was committed,
 // and running it again will likely succeed. A deadlock can form between a
 // transaction that locks a parent run and then its children (ending a run)
-// and RunRenew, which locks an owner's runs in id order.
+// and RunRenew or RunRelease, which lock an owner's runs in id order.
 func RolledBack(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
