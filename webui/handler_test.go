@@ -341,21 +341,13 @@ func TestRunPage(t *testing.T) {
 	f := newFixture(t, "")
 	f.start(t, "flaky", "flaky-1")
 	f.waitFor(t, "flaky-1", "RunCompleted", has(store.EventRunCompleted))
-	a := f.client(t).get("/runs/flaky-1")
-	for _, want := range []string{
+	pageHas(t, "the run's page", f.client(t).get("/runs/flaky-1").body,
 		"<strong>Attempt 1</strong>", "<strong>Attempt 2</strong>", "<strong>Attempt 3</strong>",
 		`<span class="etype">NetworkError</span> <span class="msg">connection reset by peer</span>`,
 		`retry after <strong class="delay">50ms</strong>`, `retry after <strong class="delay">100ms</strong>`,
 		`by rule <code class="rule">[retry: 3, backoff: 50ms]</code>`,
 		"completed on attempt 3", `data-final="true"`,
-	} {
-		if !strings.Contains(a.body, want) {
-			t.Errorf("the run's page lacks %q", want)
-		}
-	}
-	if t.Failed() {
-		t.Log(a.body)
-	}
+	)
 }
 
 // A run waiting for a retry shows when, counting down, and what its
@@ -365,20 +357,28 @@ func TestRunPageRetrying(t *testing.T) {
 	f := newFixture(t, "")
 	f.start(t, "slow", "slow-1")
 	f.waitRetrying(t, "slow-1")
-	a := f.client(t).get("/runs/slow-1")
-	for _, want := range []string{
+	pageHas(t, "the page of a retrying run", f.client(t).get("/runs/slow-1").body,
 		"Waiting for attempt 2 of <strong>slow.call</strong> (the last failed with NetworkError)",
 		"data-countdown>in ", "What the policy decides next",
 		"If attempt 2 and each one after it fail at once with NetworkError",
 		"<td>2</td>\n              <td>retry after 2h0m0s</td>", "stop: exhausted, no attempts left",
 		`data-final="false"`, "Cancel run…",
-	} {
-		if !strings.Contains(a.body, want) {
-			t.Errorf("the page of a retrying run lacks %q", want)
+	)
+}
+
+// pageHas reports each of wants that body, the page named page, lacks,
+// then logs the body once if any is missing.
+func pageHas(t *testing.T, page, body string, wants ...string) {
+	t.Helper()
+	missing := false
+	for _, want := range wants {
+		if !strings.Contains(body, want) {
+			t.Errorf("%s lacks %q", page, want)
+			missing = true
 		}
 	}
-	if t.Failed() {
-		t.Log(a.body)
+	if missing {
+		t.Log(body)
 	}
 }
 
