@@ -24,14 +24,17 @@ func (s *Store) HistoryList(ctx context.Context, p *store.HistoryListParams) ([]
 	return s.readHistory(ctx, p)
 }
 
+// A querier is what a read needs of a pool or a transaction.
+type querier interface {
+	Query(context.Context, string, ...any) (pgx.Rows, error)
+}
+
 // newestFirst hands found the events of a run's rows, newest row first,
 // each row's in order, until found reports that it has what it looks for.
 // A row may hold several events (package eventrow), so a search for the
 // last event of a kind decodes rows from the end; the rows are read a few
 // at a time, since what is looked for is most often in the newest.
-func newestFirst(ctx context.Context, q interface {
-	Query(context.Context, string, ...any) (pgx.Rows, error)
-}, runID string, found func(events []store.Event) bool) error {
+func newestFirst(ctx context.Context, q querier, runID string, found func(events []store.Event) bool) error {
 	const page = 8
 	before := int64(math.MaxInt64)
 	var events []store.Event

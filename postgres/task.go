@@ -463,17 +463,8 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 // committed would otherwise fail, under the same token, an attempt that
 // has already ended. The run is locked: the history read is the truth.
 func laterAttempt(ctx context.Context, tx *pgtx.Tx, t *leasedTask) (bool, error) {
-	later := false
-	err := newestFirst(ctx, tx, t.run.id, func(events []store.Event) bool {
-		for _, e := range slices.Backward(events) {
-			if e.Type == store.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
-				later = e.Attempt > t.Attempt
-				return true
-			}
-		}
-		return false
-	})
-	return later, err
+	started, err := lastStarted(ctx, tx, &t.Task)
+	return started.Attempt > t.Attempt, err
 }
 
 // startNext starts t's next attempt, t.next, as TaskClaim would lease it
@@ -540,15 +531,27 @@ func (s *Store) currentAttempt(ctx context.Context, t *store.Task) error {
 	if t.LeaseUntil.IsZero() {
 		return nil // ready: the row is the claim's to write
 	}
-	return newestFirst(ctx, s.pool, t.RunID, func(events []store.Event) bool {
+	started, err := lastStarted(ctx, s.pool, t)
+	if err != nil {
+		return err
+	}
+	if started.Attempt > t.Attempt {
+		t.Attempt, t.StartedAt = started.Attempt, started.At
+	}
+	return nil
+}
+
+// lastStarted returns the last AttemptStarted of t's step in its run's
+// history, or the zero Event.
+func lastStarted(ctx context.Context, q querier, t *store.Task) (last store.Event, err error) {
+	err = newestFirst(ctx, q, t.RunID, func(events []store.Event) bool {
 		for _, e := range slices.Backward(events) {
 			if e.Type == store.EventAttemptStarted && e.Execution == t.Execution && e.Position == t.Position {
-				if e.Attempt > t.Attempt {
-					t.Attempt, t.StartedAt = e.Attempt, e.At
-				}
+				last = e
 				return true
 			}
 		}
 		return false
 	})
+	return last, err
 }
