@@ -210,7 +210,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 	}
 	start := e.clock.Now()
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.AttemptStarted(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
+		e.cfg.Observer.AttemptStarted(attemptInfo(t))
 	}
 	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey,
 		StepVersion: t.StepVersion}
@@ -246,7 +246,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 		e.log.Debug("attempt abandoned", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "cause", cause)
 		if e.cfg.Observer != nil && (errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrStepCancelled)) {
 			e.cfg.Observer.AttemptEnded(AttemptEnd{
-				AttemptInfo: AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner},
+				AttemptInfo: attemptInfo(t),
 				Outcome:     OutcomeCancelled, Duration: e.clock.Now().Sub(start),
 			})
 		}

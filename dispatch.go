@@ -120,17 +120,6 @@ func (e *Engine) watch(due time.Time) {
 	}
 }
 
-// localSteps returns the names of the steps this engine runs itself.
-func (e *Engine) localSteps() []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	names := make([]string, 0, len(e.steps))
-	for name := range e.steps {
-		names = append(names, name)
-	}
-	return names
-}
-
 // claimTasks claims as many ready tasks as there is room for and starts
 // their attempts. It reports whether it filled its quota, so that the
 // caller looks again at once.

@@ -368,10 +368,7 @@ func (e *Engine) notice(n store.Notice) {
 		if n.Owner != e.id {
 			return
 		}
-		e.mu.Lock()
-		r := e.replayers[n.RunID]
-		e.mu.Unlock()
-		if r != nil && r.heard(n.Seq) {
+		if r := e.replayerFor(n.RunID); r != nil && r.heard(n.Seq) {
 			r.resync()
 		}
 	case store.NoticeResync:

@@ -16,4 +16,12 @@ func (e *Engine) Waiters(id string) int {
 }
 
 // LocalSteps returns the names of the steps e runs itself.
-func (e *Engine) LocalSteps() []string { return e.localSteps() }
+func (e *Engine) LocalSteps() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	names := make([]string, 0, len(e.steps))
+	for name := range e.steps {
+		names = append(names, name)
+	}
+	return names
+}

@@ -146,15 +146,25 @@ func outcomeOf(err error, errType string) AttemptOutcome {
 	return OutcomeRetryable
 }
 
-// observeFail reports a failed attempt whose failure p was recorded.
-func (e *Engine) observeFail(t *store.Task, err error, p *store.TaskFailParams) {
-	end := AttemptEnd{
-		AttemptInfo: AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner},
-		Outcome:     outcomeOf(err, p.Error.Type), ErrorType: p.Error.Type, Retry: p.Retry,
-	}
+// attemptInfo names attempt t.
+func attemptInfo(t *store.Task) AttemptInfo {
+	return AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner}
+}
+
+// attemptEnd is attempt t ended with outcome, as long as it ran since it
+// started.
+func (e *Engine) attemptEnd(t *store.Task, outcome AttemptOutcome) AttemptEnd {
+	end := AttemptEnd{AttemptInfo: attemptInfo(t), Outcome: outcome}
 	if !t.StartedAt.IsZero() {
 		end.Duration = max(e.clock.Now().Sub(t.StartedAt), 0)
 	}
+	return end
+}
+
+// observeFail reports a failed attempt whose failure p was recorded.
+func (e *Engine) observeFail(t *store.Task, err error, p *store.TaskFailParams) {
+	end := e.attemptEnd(t, outcomeOf(err, p.Error.Type))
+	end.ErrorType, end.Retry = p.Error.Type, p.Retry
 	if p.Retry {
 		end.Delay = p.Delay
 	} else {
@@ -171,16 +181,12 @@ func (e *Engine) observeOK(t *store.Task) {
 	if e.cfg.Observer == nil {
 		return
 	}
-	end := AttemptEnd{AttemptInfo: AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner}, Outcome: OutcomeOK}
-	if !t.StartedAt.IsZero() {
-		end.Duration = max(e.clock.Now().Sub(t.StartedAt), 0)
-	}
-	e.cfg.Observer.AttemptEnded(end)
+	e.cfg.Observer.AttemptEnded(e.attemptEnd(t, OutcomeOK))
 }
 
 // observeStale reports a result the store refused.
 func (e *Engine) observeStale(t *store.Task) {
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.StaleResultRefused(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
+		e.cfg.Observer.StaleResultRefused(attemptInfo(t))
 	}
 }

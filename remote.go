@@ -54,7 +54,7 @@ func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, 
 	}
 	if e.cfg.Observer != nil {
 		for _, t := range tasks {
-			e.cfg.Observer.AttemptStarted(AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner})
+			e.cfg.Observer.AttemptStarted(attemptInfo(t))
 		}
 	}
 	if len(tasks) > 0 {

@@ -255,9 +255,7 @@ func (e *Engine) handOff(t *store.Task, out json.RawMessage) bool {
 	if e.clock.Now().Add(handOffMargin).After(t.LeaseUntil) {
 		return false
 	}
-	e.mu.Lock()
-	r := e.replayers[t.RunID]
-	e.mu.Unlock()
+	r := e.replayerFor(t.RunID)
 	return r != nil && r.handOff(t, out)
 }
 
@@ -267,10 +265,14 @@ func (e *Engine) deliver(o *store.Outcome) {
 	if o == nil || o.Owner != e.id {
 		return
 	}
-	e.mu.Lock()
-	r := e.replayers[o.RunID]
-	e.mu.Unlock()
-	if r != nil {
+	if r := e.replayerFor(o.RunID); r != nil {
 		r.push(o.Events)
 	}
+}
+
+// replayerFor returns the replayer of run id, if this engine executes it.
+func (e *Engine) replayerFor(id string) *replayer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.replayers[id]
 }

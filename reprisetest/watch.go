@@ -63,19 +63,22 @@ func (w *watcher) RunEnded(r reprise.RunEnd) {
 }
 
 func (w *watcher) EngineBusy() {
-	w.mu.Lock()
-	w.busy = true
-	w.events++
-	w.mu.Unlock()
+	w.turned(true, 0)
 	w.next.EngineBusy()
 }
 
 func (w *watcher) EngineIdle(steps int) {
+	w.turned(false, steps)
+	w.next.EngineIdle(steps)
+}
+
+// turned counts the engine turning busy or idle, with steps attempts in
+// step code (none counted while it is busy).
+func (w *watcher) turned(busy bool, steps int) {
 	w.mu.Lock()
-	w.busy, w.steps = false, steps
+	w.busy, w.steps = busy, steps
 	w.events++
 	w.mu.Unlock()
-	w.next.EngineIdle(steps)
 }
 
 // wakes is an Env's store as its engine sees it. The engine asks the store
