@@ -365,11 +365,7 @@ func finished(events []store.Event) bool {
 	if len(events) == 0 {
 		return false
 	}
-	switch events[len(events)-1].Type {
-	case store.EventRunCompleted, store.EventRunFailed, store.EventRunCancelled:
-		return true
-	}
-	return false
+	return events[len(events)-1].Type.EndsRun()
 }
 
 // cancelRequest is the optional body of POST /v1/runs/{id}/cancel.

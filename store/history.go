@@ -13,6 +13,12 @@ import (
 // EventType names an entry in a run's history.
 type EventType string
 
+// EndsRun reports whether an event of type t ends its run: RunCompleted,
+// RunFailed or RunCancelled (a continue-as-new starts the next execution).
+func (t EventType) EndsRun() bool {
+	return t == EventRunCompleted || t == EventRunFailed || t == EventRunCancelled
+}
+
 // The event types of a run's history, in the order they typically appear.
 const (
 	EventRunStarted     EventType = "RunStarted"

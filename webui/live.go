@@ -93,7 +93,7 @@ func (h *Handler) live(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		if n := len(events); n > 0 {
 			after = events[n-1].Seq
-			final = ended(events[n-1])
+			final = events[n-1].Type.EndsRun()
 			fmt.Fprintf(w, "id: %d\nevent: history\ndata: {\"seq\":%d,\"final\":%t}\n\n", after, after, final)
 			quiet = time.Now()
 		} else if time.Since(quiet) >= keepAlive {
@@ -108,13 +108,4 @@ func (h *Handler) live(w http.ResponseWriter, r *http.Request, id string) {
 		}
 		poll.Reset(h.cfg.PollInterval)
 	}
-}
-
-// ended reports whether ev ends the run.
-func ended(ev store.Event) bool {
-	switch ev.Type {
-	case store.EventRunCompleted, store.EventRunFailed, store.EventRunCancelled:
-		return true
-	}
-	return false
 }
