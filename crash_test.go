@@ -184,18 +184,17 @@ func (c *crashChild) history() map[string][]reprise.Event {
 }
 
 // waitHistory polls the database until cond holds.
-func (c *crashChild) waitHistory(cond func(map[string][]reprise.Event) bool) map[string][]reprise.Event {
+func (c *crashChild) waitHistory(cond func(map[string][]reprise.Event) bool) {
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, err := os.Stat(c.db() + ".ready"); err == nil {
-			if h := c.history(); cond(h) {
-				return h
+			if cond(c.history()) {
+				return
 			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	c.t.Fatal("child did not reach the expected state within 60s")
-	return nil
 }
 
 // effectCount counts the side effects per idempotency key, and checks that

@@ -138,7 +138,7 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 	}
 	effects := filepath.Join(dir, "effects.log")
 	env := append(os.Environ(), "REPRISE_LOST_CHILD="+scenario, "REPRISE_LOST_STORE="+spec, "REPRISE_LOST_EFFECTS="+effects)
-	start := func() (*exec.Cmd, *strings.Builder) {
+	start := func() *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestLostWorkerChild$", "-test.count=1")
 		cmd.Env = env
 		if fixedID {
@@ -157,7 +157,7 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 				t.Logf("child output:\n%s", out)
 			}
 		})
-		return cmd, out
+		return cmd
 	}
 	history := func() []reprise.Event {
 		if _, err := os.Stat(effects + ".ready"); err != nil {
@@ -172,7 +172,7 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 		return events
 	}
 
-	first, _ := start()
+	first := start()
 	var retryAt time.Time
 	waitForChild(t, func() bool {
 		for _, ev := range history() {
@@ -192,7 +192,7 @@ func testLostWorker(t *testing.T, kind string, fixedID bool, scenario string) {
 	killChild(t, first)
 
 	restarted := time.Now()
-	second, _ := start()
+	second := start()
 	finished := make(chan error, 1)
 	go func() { finished <- second.Wait() }()
 	// Leases and timeouts here are 30 s: a run that waits for them is

@@ -29,6 +29,18 @@ func tempSQLite(t *testing.T) *sqlite.Store {
 	return db
 }
 
+// fakeSQLite is tempSQLite on a fake clock, which it returns with it.
+func fakeSQLite(t *testing.T) (*clock.Fake, *sqlite.Store) {
+	t.Helper()
+	fake := clock.NewFake(reprisetest.Start)
+	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return fake, db
+}
+
 // slowFails is a real store whose first TaskFail waits for release.
 type slowFails struct {
 	store.Store
@@ -209,6 +221,34 @@ func (g *gauge) enter() {
 
 func (g *gauge) exit() { g.now.Add(-1) }
 
+// heldIn is step code that, counted in inside, returns its input once sent
+// on proceed.
+func heldIn(inside *gauge, proceed <-chan struct{}) func(context.Context, int) (int, error) {
+	return func(ctx context.Context, n int) (int, error) {
+		inside.enter()
+		defer inside.exit()
+		select {
+		case <-proceed:
+			return n, nil
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// sumOf adds the results of fs, in a workflow.
+func sumOf(ctx context.Context, fs []*reprise.Future[int]) (int, error) {
+	sum := 0
+	for _, f := range fs {
+		n, err := f.Get(ctx)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
 // TestConcurrencyLimits: neither the engine's nor a step's limit is passed,
 // also when retries at once are leased with their predecessors' failures
 // and must wait for a slot. Every attempt stays in its step until the test
@@ -256,15 +296,7 @@ func testConcurrencyLimits(t *testing.T, fails int) {
 		for i := range 12 {
 			fs = append(fs, reprise.Go(ctx, narrow, i), reprise.Go(ctx, wide, i))
 		}
-		sum := 0
-		for _, f := range fs {
-			n, err := f.Get(ctx)
-			if err != nil {
-				return 0, err
-			}
-			sum += n
-		}
-		return sum, nil
+		return sumOf(ctx, fs)
 	})
 	env := reprisetest.New(t, &reprise.Config{MaxConcurrentSteps: 5}, wf, narrow, wide)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
@@ -328,40 +360,18 @@ func (s *countsWakes) NextWake(ctx context.Context, p *store.NextWakeParams) (st
 // soon as the step frees its slot, the clock standing still.
 func TestStepAtItsLimitLeavesTheDispatcherAsleep(t *testing.T) {
 	t.Parallel()
-	fake := clock.NewFake(reprisetest.Start)
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	fake, db := fakeSQLite(t)
 	st := &countsWakes{Store: db}
 	var inside gauge
 	proceed := make(chan struct{})
-	narrow := reprise.NewStep("narrow", func(ctx context.Context, n int) (int, error) {
-		inside.enter()
-		defer inside.exit()
-		select {
-		case <-proceed:
-			return n, nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}, reprise.WithConcurrency(1))
+	narrow := reprise.NewStep("narrow", heldIn(&inside, proceed), reprise.WithConcurrency(1))
 	const steps = 4
 	wf := reprise.NewWorkflow("narrow", func(ctx context.Context, _ int) (int, error) {
 		var fs []*reprise.Future[int]
 		for i := range steps {
 			fs = append(fs, reprise.Go(ctx, narrow, i))
 		}
-		sum := 0
-		for _, f := range fs {
-			n, err := f.Get(ctx)
-			if err != nil {
-				return 0, err
-			}
-			sum += n
-		}
-		return sum, nil
+		return sumOf(ctx, fs)
 	})
 	e := reprisetest.Run(t, reprise.Config{Store: st, Clock: fake, MaxConcurrentSteps: 4, PollInterval: time.Hour}, narrow, wf)
 	h, err := wf.Start(t.Context(), e, 0)
@@ -400,16 +410,7 @@ func TestLoweredLimitClaimsNoMore(t *testing.T) {
 	t.Parallel()
 	var inside gauge
 	proceed := make(chan struct{})
-	work := func(ctx context.Context, n int) (int, error) {
-		inside.enter()
-		defer inside.exit()
-		select {
-		case <-proceed:
-			return n, nil
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
-	}
+	work := heldIn(&inside, proceed)
 	wide := reprise.NewStep("narrow", work, reprise.WithConcurrency(2))
 	narrow := reprise.NewStep("narrow", work, reprise.WithConcurrency(1))
 	const steps = 4
@@ -418,15 +419,7 @@ func TestLoweredLimitClaimsNoMore(t *testing.T) {
 		for i := range steps {
 			fs = append(fs, reprise.Go(ctx, wide, i))
 		}
-		sum := 0
-		for _, f := range fs {
-			n, err := f.Get(ctx)
-			if err != nil {
-				return 0, err
-			}
-			sum += n
-		}
-		return sum, nil
+		return sumOf(ctx, fs)
 	})
 	env := reprisetest.New(t, nil, wf, wide)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
@@ -493,12 +486,7 @@ func (s *failsFirstSchedule) RunAdvance(ctx context.Context, p *store.RunAdvance
 // still.
 func TestRoomGivenBackWakesTheDispatcher(t *testing.T) {
 	t.Parallel()
-	fake := clock.NewFake(reprisetest.Start)
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	fake, db := fakeSQLite(t)
 	st := &failsFirstSchedule{countsWakes: countsWakes{Store: db}, held: make(chan struct{}), release: make(chan struct{})}
 	one := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil }, reprise.WithConcurrency(1))
 	wf := reprise.NewWorkflow("one", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, one, n) })
