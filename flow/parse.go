@@ -286,7 +286,7 @@ func (p *parser) step(s *Step, n *yaml.Node) {
 				s.Input = b
 			}
 		case "needs":
-			s.Needs = p.needs(s, v)
+			s.Needs = p.needs(v)
 		case "foreach":
 			p.foreaches[s.Name] = v
 			switch {
@@ -337,7 +337,7 @@ func (p *parser) step(s *Step, n *yaml.Node) {
 	}
 }
 
-func (p *parser) needs(s *Step, v *yaml.Node) []string {
+func (p *parser) needs(v *yaml.Node) []string {
 	if v.Kind != yaml.SequenceNode {
 		p.c.add(pos(v), "needs: want a list of step names, such as [quote], not %s", describe(v))
 		return nil
