@@ -240,6 +240,10 @@ func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.
 			if leases[i].Run, err = getRun(tx, leases[i].Run.ID); err != nil {
 				return err
 			}
+			// A row's seq is its newest event's (0003_event_rows.sql).
+			if err := tx.queryRow(`SELECT MAX(seq) FROM events WHERE run_id = ?`, leases[i].Run.ID).Scan(&leases[i].LastSeq); err != nil {
+				return err
+			}
 		}
 		slices.SortFunc(leases, func(a, b store.RunLease) int {
 			return cmp.Or(a.Run.CreatedAt.Compare(b.Run.CreatedAt), strings.Compare(a.Run.ID, b.Run.ID))

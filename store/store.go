@@ -278,8 +278,8 @@ type RunLease struct {
 	Run   *Run
 	Token int64
 	// LastSeq is the seq of the run's newest event when RunClaim leased
-	// it, or 0 where the store does not say. A run claimed with LastSeq 1
-	// has only RunStarted in its history: its engine reads none.
+	// it (zero from RunCreate). A run claimed with LastSeq 1 has only
+	// RunStarted in its history: its engine reads none.
 	LastSeq int64
 	// Advanced is what RunCreateParams.First recorded; nil without one.
 	Advanced *Advanced

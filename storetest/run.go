@@ -296,6 +296,27 @@ func testRunClaim(t *testing.T, open Open) {
 		f.advance(got[0], store.RunAdvanceParams{})
 	})
 
+	t.Run("SaysHowLongEachHistoryIs", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		createUnowned(f, "order", "fresh")
+		f.clock.Advance(time.Millisecond)
+		// A run whose owner scheduled a step and then lost its lease.
+		lease := f.create("busy")
+		f.advance(lease, store.RunAdvanceParams{Steps: []store.StepSpec{{Position: 1, Name: "charge"}}})
+		f.clock.Advance(minute)
+		got := f.runClaim(engine2, 10)
+		seqs := map[string]int64{}
+		for _, l := range got {
+			seqs[l.Run.ID] = l.LastSeq
+		}
+		want := map[string]int64{"fresh": 1, "busy": f.history("busy")[len(f.history("busy"))-1].Seq}
+		if !reflect.DeepEqual(seqs, want) {
+			t.Fatalf("LastSeq by run = %v, want %v", seqs, want)
+		}
+	})
+
 	t.Run("FiltersWorkflows", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
