@@ -77,7 +77,7 @@ func checkAdvanceJSON(p *store.RunAdvanceParams) error {
 func (s *Store) checkAdvanceOf(r *run, p *store.RunAdvanceParams, now time.Time) error {
 	handed := make(map[int64]bool)
 	for _, c := range p.Completed {
-		t, err := s.leased(c.TaskID, c.Token, false, now)
+		t, err := s.leased(c.TaskID, c.Token, c.Attempt, false, now)
 		if err != nil || t.RunID != r.ID {
 			return store.ErrLeaseLost
 		}

@@ -64,10 +64,12 @@ func (s *Store) addTask(t *store.Task, now time.Time) *task {
 
 // leased returns the task whose attempt a write is about: its token must
 // match, and its lease hold at now, or, for the reaper's write (lapsed),
-// have lapsed. Anything else is stale: ErrLeaseLost.
-func (s *Store) leased(id, token int64, lapsed bool, now time.Time) (*task, error) {
+// have lapsed; and it must not have ended (store.Ended). Anything else is
+// stale: ErrLeaseLost.
+func (s *Store) leased(id, token int64, attempt int, lapsed bool, now time.Time) (*task, error) {
 	t := s.tasks[id]
-	if t == nil || t.Token != token || t.LeaseUntil.IsZero() || t.LeaseUntil.After(now) == lapsed {
+	if t == nil || t.Token != token || t.LeaseUntil.IsZero() || t.LeaseUntil.After(now) == lapsed ||
+		store.Ended(attempt, t.Attempt) {
 		return nil, store.ErrLeaseLost
 	}
 	return t, nil
@@ -157,7 +159,7 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p *store.TaskHeartbeatParams)
 		return time.Time{}, fmt.Errorf("heartbeat task %d: %w", p.TaskID, err)
 	}
 	defer s.mu.Unlock()
-	t, err := s.leased(p.TaskID, p.Token, false, now)
+	t, err := s.leased(p.TaskID, p.Token, 0, false, now)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("heartbeat task %d: %w", p.TaskID, err)
 	}
@@ -169,8 +171,7 @@ func (s *Store) TaskHeartbeat(ctx context.Context, p *store.TaskHeartbeatParams)
 }
 
 // TaskComplete records an attempt's result: appends StepCompleted and
-// removes the task. p.Attempt is not needed: this store never starts an
-// attempt in place (see TaskFail), so the task's is the truth.
+// removes the task.
 func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (*store.Outcome, error) {
 	if err := checkJSON("output", p.Output); err != nil {
 		return nil, fmt.Errorf("complete task %d: %w", p.TaskID, err)
@@ -180,7 +181,7 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 		return nil, fmt.Errorf("complete task %d: %w", p.TaskID, err)
 	}
 	defer s.mu.Unlock()
-	t, err := s.leased(p.TaskID, p.Token, false, now)
+	t, err := s.leased(p.TaskID, p.Token, p.Attempt, false, now)
 	if err != nil {
 		return nil, fmt.Errorf("complete task %d: %w", p.TaskID, err)
 	}
@@ -192,10 +193,7 @@ func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (
 // TaskFailParams decides: the task is ready again at the retry time, or
 // the step fails and the task is moved aside, for RunRedrive.
 //
-// With LeasesNext, the next attempt starts as a claim would start it,
-// under a new token and a new lease, as sqlite does. It never keeps the
-// lease before, nor starts the attempt in place under the same token, as
-// postgres may (TaskFailParams.LeaseNext).
+// With LeasesNext, the next attempt starts at once, as p decides (Next).
 func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.Outcome, error) {
 	if err := p.Check(); err != nil {
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
@@ -205,7 +203,7 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
 	defer s.mu.Unlock()
-	t, err := s.leased(p.TaskID, p.Token, p.Expired, now)
+	t, err := s.leased(p.TaskID, p.Token, p.Attempt, p.Expired, now)
 	if err != nil {
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
@@ -216,8 +214,7 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 		s.failed[t.at()] = t
 		return s.report(t, now, events...), nil
 	case p.LeasesNext():
-		t.Lapses = p.Lapses(t.Lapses)
-		t.Start(p.LeaseOwner, p.LeaseTTL, store.Now{At: now})
+		t.Task, _ = p.Next(&t.Task, store.Now{At: now})
 		t.readyAt = now
 		out := s.report(t, now, append(events, t.AttemptStarted())...)
 		out.Next = t.out()

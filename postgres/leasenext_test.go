@@ -146,46 +146,6 @@ func TestTaskFailLeaseNextAfterLapse(t *testing.T) {
 	}
 }
 
-// TestTaskFailLeaseNextKeepsLease: a retry at once of a step without a
-// timeout keeps its owner's lease while half its TTL is left, so that the
-// task's indexed columns stay as they were; with less left, or another
-// owner, it gets a lease of its own.
-func TestTaskFailLeaseNextKeepsLease(t *testing.T) {
-	t.Parallel()
-	clock := newFakeClock()
-	s := openStore(t, clock.Now)
-	ctx := t.Context()
-	task := claimedTask(t, s, store.StepSpec{Position: 1, Name: "charge", IdempotencyKey: "k1", PolicyText: "[retry: 9]", Policy: json.RawMessage(`{}`)})
-	for _, c := range []struct {
-		wait  time.Duration
-		owner string
-		kept  bool
-	}{
-		{10 * time.Second, "w1", true},  // 50 s of 60 left
-		{25 * time.Second, "w1", false}, // 25 s left
-		{time.Second, "w2", false},      // another owner's
-	} {
-		clock.Add(c.wait)
-		o := must[*store.Outcome](t)(s.TaskFail(ctx, &store.TaskFailParams{
-			TaskID: task.ID, Token: task.Token, Error: store.ErrorInfo{Type: "E"}, Retry: true,
-			LeaseNext: true, LeaseOwner: c.owner, LeaseTTL: time.Minute,
-		}))
-		want := clock.Now().Add(time.Minute)
-		if c.kept {
-			want = task.LeaseUntil
-		}
-		n := o.Next
-		if !n.LeaseUntil.Equal(want) || o.Events[1].LeaseUntil != n.LeaseUntil || !n.StartedAt.Equal(clock.Now()) {
-			t.Errorf("after %v, owner %s: lease until %v (event %v), started %v; want until %v", c.wait, c.owner,
-				n.LeaseUntil, o.Events[1].LeaseUntil, n.StartedAt, want)
-		}
-		if got := must[*store.Task](t)(s.TaskGet(ctx, task.ID)); !reflect.DeepEqual(got, n) {
-			t.Errorf("stored task = %+v\nnext        = %+v", got, n)
-		}
-		task = n
-	}
-}
-
 // claimedTask schedules step in a new run r1 and returns its task, claimed
 // by w1 for a minute.
 func claimedTask(t *testing.T, s *postgres.Store, step store.StepSpec) *store.Task {

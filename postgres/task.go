@@ -464,33 +464,17 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 // has already ended. The run is locked: the history read is the truth.
 func laterAttempt(ctx context.Context, tx *pgtx.Tx, t *leasedTask) (bool, error) {
 	started, err := lastStarted(ctx, tx, &t.Task)
-	return started.Attempt > t.Attempt, err
+	return store.Ended(t.Attempt, started.Attempt), err
 }
 
-// startNext starts t's next attempt, t.next, as TaskClaim would lease it
-// to p.LeaseOwner (Task.Start), counts its lapses as the retry would
-// (Lapses), and appends its AttemptStarted.
-//
-// An attempt without a timeout keeps the lease of the one before when
-// that is the same owner's with half its LeaseTTL or more to run, as a
-// heartbeat would not yet have renewed it. If the lapses need no reset
-// either, it starts in place (inPlace): it keeps the token too, and the
-// task's row is left as it was, its attempt and started_at those of the
-// last claim (the history has the rest: currentAttempt). A retry then
-// writes its events and its run's head, and not the task.
+// startNext starts t's next attempt, t.next, as p decides (Next), and
+// appends its AttemptStarted. An attempt started in place leaves the
+// task's row as it was, its attempt and started_at those of the last
+// claim (the history has the rest: currentAttempt): the retry writes its
+// events and its run's head, and not the task.
 func startNext(a *appender, t *leasedTask, p *store.TaskFailParams) (n *store.Task, inPlace bool, err error) {
+	*t.next, inPlace = p.Next(&t.Task, store.Now{At: a.now, Precision: time.Microsecond})
 	n = t.next
-	ttl := store.AttemptLease(p.LeaseTTL, n.Timeout)
-	kept := n.Timeout == 0 && t.Owner == p.LeaseOwner && t.lease.Sub(a.now) >= ttl/2
-	inPlace = kept && !p.Expired && n.Lapses == 0
-	n.Start(p.LeaseOwner, p.LeaseTTL, store.Now{At: a.now, Precision: time.Microsecond})
-	if inPlace {
-		n.Token = t.Token
-	}
-	if kept {
-		n.LeaseUntil = t.LeaseUntil
-	}
-	n.Lapses = p.Lapses(n.Lapses)
 	err = a.add(t.run, n.AttemptStarted())
 	return n, inPlace, err
 }

@@ -60,7 +60,7 @@ func (tx *txn) completeAll(runID string, results []store.TaskCompleteParams, run
 			SELECT execution, position, step, attempt FROM tasks
 			WHERE id = ? AND token = ? AND lease_until > ? AND run_id = ?`,
 			c.TaskID, c.Token, tx.nanos, runID).Scan(&t.Execution, &t.Position, &t.Step, &t.Attempt)
-		if errors.Is(err, sql.ErrNoRows) {
+		if errors.Is(err, sql.ErrNoRows) || err == nil && store.Ended(c.Attempt, t.Attempt) {
 			return nil, store.ErrLeaseLost
 		}
 		if err != nil {

@@ -227,8 +227,9 @@ type attempt struct {
 
 // leasedAttempt reads the attempt a report is about: its token must match
 // and its lease must hold at now (or, for the reaper's report, have
-// lapsed). Otherwise the report is stale: ErrLeaseLost.
-func (tx *txn) leasedAttempt(taskID, token int64, lapsed bool) (attempt, error) {
+// lapsed), and it must not have ended (store.Ended). Otherwise the report
+// is stale: ErrLeaseLost.
+func (tx *txn) leasedAttempt(taskID, token int64, named int, lapsed bool) (attempt, error) {
 	lease := `t.lease_until > ?`
 	if lapsed {
 		lease = `t.lease_until <= ?`
@@ -244,7 +245,7 @@ func (tx *txn) leasedAttempt(taskID, token int64, lapsed bool) (attempt, error) 
 		FROM tasks t
 		WHERE t.id = ? AND t.token = ? AND `+lease, taskID, token, tx.nanos).
 		Scan(&t.RunID, &t.Execution, &t.Position, &t.Step, &t.Attempt, &t.Lapses, &a.owner, &a.last)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || err == nil && store.Ended(named, t.Attempt) {
 		return a, store.ErrLeaseLost
 	}
 	return a, err
@@ -263,7 +264,7 @@ func (tx *txn) report(a attempt, events []store.Event) (*store.Outcome, error) {
 func (s *Store) TaskComplete(ctx context.Context, p *store.TaskCompleteParams) (*store.Outcome, error) {
 	var out *store.Outcome
 	err := s.write(ctx, func(tx *txn) error {
-		a, err := tx.leasedAttempt(p.TaskID, p.Token, false)
+		a, err := tx.leasedAttempt(p.TaskID, p.Token, p.Attempt, false)
 		if err != nil {
 			return err
 		}
@@ -287,7 +288,7 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 	}
 	var out *store.Outcome
 	err := s.write(ctx, func(tx *txn) error {
-		a, err := tx.leasedAttempt(p.TaskID, p.Token, p.Expired)
+		a, err := tx.leasedAttempt(p.TaskID, p.Token, p.Attempt, p.Expired)
 		if err != nil {
 			return err
 		}
@@ -329,16 +330,16 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 }
 
 // retryLeased retries a failed attempt at once: the task's next attempt
-// starts, leased to p.LeaseOwner as a claim would lease it, in the same
-// statement that releases the failed one. Its AttemptStarted follows the
+// starts, leased as p decides (Next), in the same statement that releases
+// the failed one. Its AttemptStarted follows the
 // events of the failure, and the leased task is the outcome's Next.
 func (tx *txn) retryLeased(p *store.TaskFailParams, a attempt, events []store.Event, now store.Now) (*store.Outcome, error) {
-	next, err := scanTask(tx.queryRow(`SELECT `+taskColumns+` FROM tasks WHERE id = ?`, p.TaskID))
+	last, err := scanTask(tx.queryRow(`SELECT `+taskColumns+` FROM tasks WHERE id = ?`, p.TaskID))
 	if err != nil {
 		return nil, err
 	}
-	next.Start(p.LeaseOwner, p.LeaseTTL, now)
-	next.Lapses = p.Lapses(next.Lapses)
+	n, _ := p.Next(last, now)
+	next := &n
 	_, err = tx.exec(`
 		UPDATE tasks SET attempt = ?, token = ?, owner = ?, ready_at = ?, started_at = ?, first_started_at = ?,
 			lease_until = ?, lapses = ?

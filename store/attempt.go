@@ -80,6 +80,40 @@ func (p *TaskFailParams) LeasesNext() bool {
 	return p.LeaseNext && p.Retry && p.Delay == 0
 }
 
+// Ended reports whether a write that names attempt (TaskCompleteParams.
+// Attempt) comes after that attempt ended: the task's current attempt is
+// a later one, started in place under the same token (Next). Such a write
+// changes nothing: ErrLeaseLost. A write that names no attempt (zero) is
+// about the current one.
+func Ended(attempt, current int) bool {
+	return attempt != 0 && attempt < current
+}
+
+// Next returns the attempt that a retry at once (LeasesNext) starts after
+// t's, leased to LeaseOwner as TaskClaim would lease it (Task.Start), with
+// its lapses counted (Lapses). An attempt without a timeout keeps the
+// lease of the one before when that is the same owner's with half its
+// LeaseTTL or more to run, as a heartbeat would not yet have renewed it.
+// If no lapses need a reset either, it starts in place (inPlace): it keeps
+// the token too, since the lease's holder, whose attempt has just ended,
+// is the only one who could write with it. A store may then leave the
+// task's row as it was and read the attempt from the history; that is why
+// every write about an attempt names it (TaskCompleteParams.Attempt).
+func (p *TaskFailParams) Next(t *Task, now Now) (next Task, inPlace bool) {
+	next = *t
+	kept := t.Timeout == 0 && t.Owner == p.LeaseOwner && t.LeaseUntil.Sub(now.At) >= p.LeaseTTL/2
+	inPlace = kept && !p.Expired && t.Lapses == 0
+	next.Start(p.LeaseOwner, p.LeaseTTL, now)
+	if inPlace {
+		next.Token = t.Token
+	}
+	if kept {
+		next.LeaseUntil = t.LeaseUntil
+	}
+	next.Lapses = p.Lapses(t.Lapses)
+	return next, inPlace
+}
+
 // Failed appends to dst the events TaskFail appends for the failed attempt
 // of t (its Execution, Position, Step and Attempt) at now, and returns the
 // result: AttemptFailed{Error, Rule}, with Delay and RetryAt (when the task

@@ -492,9 +492,9 @@ type TaskCompleteParams struct {
 	Token  int64
 	Output json.RawMessage
 	// Attempt is the number of the attempt the token's holder ran, as the
-	// store gave it (Task.Attempt), or zero. A store that started that
-	// attempt in place (see TaskFailParams.LeaseNext) records it; others
-	// may ignore it.
+	// store gave it (Task.Attempt). Writers name it: an attempt started
+	// in place (TaskFailParams.Next) keeps the token of the one before,
+	// and a store may know it only from the history and from this.
 	Attempt int
 }
 
@@ -516,20 +516,9 @@ type TaskFailParams struct {
 	Attempt int
 	// LeaseNext, with Retry and a zero Delay (LeasesNext), starts the next
 	// attempt at once in the same transaction, leased to LeaseOwner for
-	// LeaseTTL as TaskClaim would lease it (Task.Start; AttemptStarted
-	// follows AttemptFailed); the task is returned in Outcome.Next. A worker that retries at once so
-	// skips a round trip through the queue. A store may keep the lease
-	// of the attempt before, the same owner's, while it has half its
-	// LeaseTTL or more to run and the step has no timeout; the worker
-	// heartbeats from the new attempt's start as it would anyway.
-	//
-	// With that lease kept and no lapses to reset, a store may also start
-	// the next attempt in place: the task's row stays as it was, and the
-	// next attempt keeps the token of the one before. Its holder is the
-	// same owner, whose attempt has ended, so no stale write can come of
-	// it. The holder's writes then say which attempt they are about
-	// (Attempt), and TaskGet and TaskListExpired read the attempt, and
-	// when it started, from the history.
+	// LeaseTTL as TaskFailParams.Next decides (AttemptStarted follows
+	// AttemptFailed); the task is returned in Outcome.Next. A worker that
+	// retries at once so skips a round trip through the queue.
 	LeaseNext  bool
 	LeaseOwner string
 	LeaseTTL   time.Duration

@@ -245,10 +245,68 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		f.complete(next)
 	})
 
-	// A store may start a retry at once in place (see TaskFailParams.
-	// LeaseNext): the row stays as the claim wrote it and the token stays.
-	// Whatever it does, every reader and every later write must see the
-	// attempt the history says.
+	// A retry at once of a step without a timeout keeps its owner's lease
+	// while half its TTL is left, and then its token too (TaskFailParams.
+	// Next); with less left, or for another owner, it gets a lease and a
+	// token of its own.
+	t.Run("KeepsTheSameOwnersLeaseWhileHalfIsLeft", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", newStep(1, "charge"))
+		task := f.claim(worker, "charge", 1, minute)[0]
+		for _, c := range []struct {
+			wait  time.Duration
+			owner string
+			kept  bool
+		}{
+			{10 * time.Second, worker, true},  // 50 s of 60 left
+			{25 * time.Second, worker, false}, // 25 s left
+			{time.Second, worker2, false},     // another owner's
+			{time.Second, worker2, true},      // 59 s left, the new owner's
+		} {
+			f.clock.Advance(c.wait)
+			next := f.retryLeased(task, c.owner, minute).Next
+			want := f.now().Add(minute)
+			if c.kept {
+				want = task.LeaseUntil
+			}
+			if !next.LeaseUntil.Equal(want) || !next.StartedAt.Equal(f.now()) || next.Owner != c.owner {
+				t.Fatalf("after %v, owner %s: next = %+v; want lease until %v, started now", c.wait, c.owner, next, want)
+			}
+			if (next.Token == task.Token) != c.kept {
+				t.Fatalf("after %v, owner %s: token %d then %d; kept = %v", c.wait, c.owner, task.Token, next.Token, c.kept)
+			}
+			if started := f.last("run-1", 1)[0]; !started.LeaseUntil.Equal(want) || started.Worker != c.owner {
+				t.Fatalf("AttemptStarted = %s, want lease until %v", dump([]store.Event{started}), want)
+			}
+			stored, err := f.store.TaskGet(t.Context(), task.ID)
+			if err != nil {
+				t.Fatalf("TaskGet: %v", err)
+			}
+			if !reflect.DeepEqual(normTask(stored), normTask(next)) {
+				t.Fatalf("TaskGet = %+v, want Outcome.Next %+v", stored, next)
+			}
+			task = next
+		}
+	})
+
+	t.Run("NeverKeepsALeaseCutToATimeout", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		f.schedule("run-1", withTimeout(newStep(1, "charge"), time.Hour))
+		first := f.claim(worker, "charge", 1, minute)[0]
+		f.clock.Advance(time.Second)
+		next := f.retryLeased(first, worker, minute).Next
+		if next.Token == first.Token || !next.LeaseUntil.Equal(f.now().Add(minute)) {
+			t.Fatalf("next = %+v after %+v, want a new token and lease", next, first)
+		}
+	})
+
+	// A store may leave the row of an attempt started in place as the
+	// claim wrote it. Whatever it does, every reader and every later
+	// write must see the attempt the history says.
 	t.Run("AttemptsStartedInPlaceCountAsTheHistorySays", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
