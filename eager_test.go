@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"reprise"
-	"reprise/reprisetest"
 )
 
 // TestEagerStartsOfOneID: many starts of one run id at once create it
@@ -25,7 +24,7 @@ func TestEagerStartsOfOneID(t *testing.T) {
 	wf := reprise.NewWorkflow("once-eager", func(ctx context.Context, _ int) (int, error) {
 		return reprise.Step(ctx, gate, 0)
 	})
-	env := reprisetest.New(t, nil, wf, gate)
+	env := newEnv(t, nil, wf, gate)
 	var created atomic.Int32
 	var wg sync.WaitGroup
 	for range 50 {
@@ -58,7 +57,7 @@ func TestEagerContinueAsNew(t *testing.T) {
 		}
 		return n, nil
 	})
-	env := reprisetest.New(t, nil, wf)
+	env := newEnv(t, nil, wf)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)

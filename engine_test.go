@@ -42,7 +42,7 @@ func TestFlakyStepSucceedsAndWorkflowSeesResult(t *testing.T) {
 	wf := reprise.NewWorkflow("double", func(ctx context.Context, n int) (int, error) {
 		return reprise.Step(ctx, flaky, n)
 	})
-	env := reprisetest.New(t, nil, wf, flaky)
+	env := newEnv(t, nil, wf, flaky)
 	h, err := wf.Start(t.Context(), env.Engine, 21)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestStepErrorIsHandledByWorkflow(t *testing.T) {
 		}
 		return reprise.Step(ctx, refund, "card")
 	})
-	env := reprisetest.New(t, nil, wf, charge, refund)
+	env := newEnv(t, nil, wf, charge, refund)
 	h, err := wf.Start(t.Context(), env.Engine, "x")
 	if err != nil {
 		t.Fatal(err)
@@ -126,7 +126,7 @@ func TestPanicsAreFailures(t *testing.T) {
 		}
 		panic("workflow exploded after " + string(rune('0'+n)))
 	})
-	env := reprisetest.New(t, nil, wf, boom)
+	env := newEnv(t, nil, wf, boom)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +154,7 @@ func TestIdempotentStart(t *testing.T) {
 	var runs atomic.Int32
 	step := reprise.NewStep("count", func(ctx context.Context, _ int) (int, error) { return int(runs.Add(1)), nil })
 	wf := reprise.NewWorkflow("once", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, step, 0) })
-	env := reprisetest.New(t, nil, wf, step)
+	env := newEnv(t, nil, wf, step)
 	a, created, err := env.Engine.StartRun(t.Context(), "once", nil, reprise.WithRunID("order-1"))
 	if err != nil || !created {
 		t.Fatal(created, err)
@@ -188,7 +188,7 @@ func TestWaitGivesTheStoredRun(t *testing.T) {
 		}
 		return out + "!", err
 	})
-	env := reprisetest.New(t, nil, wf, echo)
+	env := newEnv(t, nil, wf, echo)
 	for _, in := range []string{"ok", "fail"} {
 		h, err := wf.Start(t.Context(), env.Engine, in)
 		if err != nil {
@@ -225,7 +225,7 @@ func TestCancelDuringBackoff(t *testing.T) {
 		return 0, errors.New("down")
 	}, reprise.WithPolicyText("[retry: 3, backoff: 1h]"))
 	wf := reprise.NewWorkflow("cancel-me", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, step, 0) })
-	env := reprisetest.New(t, nil, wf, step)
+	env := newEnv(t, nil, wf, step)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -310,7 +310,7 @@ func TestLateResultAfterTimeoutIsRejected(t *testing.T) {
 		return "on time", nil
 	}, reprise.WithPolicyText("[retry: 1, backoff: 1s] [timeout: 10s]"))
 	wf := reprise.NewWorkflow("late", func(ctx context.Context, _ int) (string, error) { return reprise.Step(ctx, stubborn, 0) })
-	env := reprisetest.New(t, nil, wf, stubborn)
+	env := newEnv(t, nil, wf, stubborn)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -369,7 +369,7 @@ func TestHandedResultRefusedReplays(t *testing.T) {
 		return v, err
 	})
 	// obs hears the engine beside reprisetest's own Observer.
-	env := reprisetest.New(t, &reprise.Config{Observer: obs}, wf, step)
+	env := newEnv(t, &reprise.Config{Observer: obs}, wf, step)
 	t.Cleanup(release) // before the engine stops, should the test fail
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
@@ -408,7 +408,7 @@ func TestNondeterminismFailsTheRun(t *testing.T) {
 		}
 		return reprise.Step(ctx, gate, 0)
 	})
-	env := reprisetest.New(t, nil, v1, a, b, gate)
+	env := newEnv(t, nil, v1, a, b, gate)
 	h, err := v1.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -450,7 +450,7 @@ func TestManyRetriesAtOnce(t *testing.T) {
 		}
 		return reprise.Step(ctx, flaky, n)
 	})
-	env := reprisetest.New(t, nil, wf, flaky)
+	env := newEnv(t, nil, wf, flaky)
 	h, err := wf.Start(t.Context(), env.Engine, 1)
 	if err != nil {
 		t.Fatal(err)

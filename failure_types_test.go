@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"reprise"
-	"reprise/reprisetest"
 	"reprise/retry"
 	"reprise/store"
 )
@@ -75,7 +74,7 @@ func TestFailureTypes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			env := reprisetest.New(t, &reprise.Config{LeaseTTL: 10 * time.Second}, policyWorkflow, alwaysFail, pulledWorkflow)
+			env := newEnv(t, &reprise.Config{LeaseTTL: 10 * time.Second}, policyWorkflow, alwaysFail, pulledWorkflow)
 			var id string
 			if tt.pull {
 				if err := env.Engine.RegisterRemoteStep("pulled", nil); err != nil {

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise"
-	"reprise/memory"
-	"reprise/postgres"
 	"reprise/reprisetest"
 	"reprise/retry"
 	"reprise/store"
@@ -49,7 +46,7 @@ func TestSelectCancelsTheLoser(t *testing.T) {
 		return "timer won", nil
 	})
 	ends := attemptEnds{ended: make(chan reprise.AttemptInfo, 8)}
-	env := reprisetest.New(t, &reprise.Config{Observer: ends}, wf, slow)
+	env := newEnv(t, &reprise.Config{Observer: ends}, wf, slow)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -127,7 +124,7 @@ func TestSelectReplaysTheSameWinner(t *testing.T) {
 		}
 		return fmt.Sprintf("%s won at +%v", winner, at), nil
 	})
-	env := reprisetest.New(t, nil, wf, slow, gate)
+	env := newEnv(t, nil, wf, slow, gate)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +175,7 @@ func TestContinueAsNewDropsStaleEvents(t *testing.T) {
 		}
 		return "", reprise.ContinueAsNew(ctx, n-1)
 	})
-	env := reprisetest.New(t, nil, wf, racer)
+	env := newEnv(t, nil, wf, racer)
 	h, err := wf.Start(t.Context(), env.Engine, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -235,7 +232,7 @@ func TestSignals(t *testing.T) {
 		}
 		return strings.Join(got, ","), nil
 	})
-	env := reprisetest.New(t, nil, wf)
+	env := newEnv(t, nil, wf)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +268,7 @@ func TestChildRuns(t *testing.T) {
 	parent := reprise.NewWorkflow("parent", func(ctx context.Context, n int) (int, error) {
 		return reprise.ChildRun(ctx, child, n, retry.Attempts(5, retry.Fixed(time.Minute)))
 	})
-	env := reprisetest.New(t, nil, parent, child, flaky)
+	env := newEnv(t, nil, parent, child, flaky)
 	h, err := parent.Start(t.Context(), env.Engine, 41)
 	if err != nil {
 		t.Fatal(err)
@@ -297,7 +294,7 @@ func TestCancellingParentCancelsChildren(t *testing.T) {
 	parent := reprise.NewWorkflow("parent-of-sleeper", func(ctx context.Context, _ int) (int, error) {
 		return reprise.Child(ctx, wait, 0).Get(ctx)
 	})
-	env := reprisetest.New(t, nil, parent, wait)
+	env := newEnv(t, nil, parent, wait)
 	h, err := parent.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +347,7 @@ func TestWaitAnyCancelsNothing(t *testing.T) {
 		}
 		return strings.Join(got, ", "), nil
 	})
-	env := reprisetest.New(t, nil, wf, slow, fast, gate)
+	env := newEnv(t, nil, wf, slow, fast, gate)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -404,7 +401,7 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 		}
 		return reprise.Step(ctx, a, 0)
 	})
-	env := reprisetest.New(t, nil, v1, a, b, gate)
+	env := newEnv(t, nil, v1, a, b, gate)
 	old, err := v1.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -428,44 +425,6 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	}
 }
 
-// A storeKind opens a store of one kind for a test, closed (and dropped)
-// when the test ends.
-type storeKind struct {
-	name string
-	open func(t *testing.T) store.Store
-}
-
-var schemas atomic.Int64
-
-// storeKinds are the stores an engine test runs on: SQLite and the
-// in-memory store always, PostgreSQL when REPRISE_TEST_POSTGRES is set,
-// in a schema of the test's own.
-func storeKinds() []storeKind {
-	kinds := []storeKind{
-		{"sqlite", func(t *testing.T) store.Store { return tempSQLite(t) }},
-		{"memory", func(t *testing.T) store.Store {
-			st := memory.New(memory.Options{})
-			t.Cleanup(func() { st.Close() })
-			return st
-		}},
-	}
-	if dsn := os.Getenv("REPRISE_TEST_POSTGRES"); dsn != "" {
-		kinds = append(kinds, storeKind{"postgres", func(t *testing.T) store.Store {
-			schema := fmt.Sprintf("reprise_test_%d_%d", time.Now().UnixNano(), schemas.Add(1))
-			st, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				st.Close()
-				dropSchema(t, schema)
-			})
-			return st
-		}})
-	}
-	return kinds
-}
-
 // TestVersionMarkersReachTheHistoryAtTheEnd: a version marker that the
 // code records after its last write to the store (just before it returns,
 // continues as new, or waits for a call that has settled already) goes
@@ -476,7 +435,7 @@ func TestVersionMarkersReachTheHistoryAtTheEnd(t *testing.T) {
 	for _, kind := range storeKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
-			testVersionMarkersAtTheEnd(t, kind.open(t))
+			testVersionMarkersAtTheEnd(t, kind.open(t, nil))
 		})
 	}
 }
@@ -578,7 +537,7 @@ func TestRedriveGivesAFreshBudget(t *testing.T) {
 	wf := reprise.NewWorkflow("redrivable", func(ctx context.Context, _ int) (string, error) {
 		return reprise.Step(ctx, fragile, 0)
 	})
-	env := reprisetest.New(t, nil, wf, fragile)
+	env := newEnv(t, nil, wf, fragile)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -612,7 +571,7 @@ func TestPoisonTask(t *testing.T) {
 	wf := reprise.NewWorkflow("poisoned", func(ctx context.Context, _ int) (string, error) {
 		return reprise.Call[string](ctx, "remote-job", 0)
 	})
-	env := reprisetest.New(t, &reprise.Config{LeaseTTL: time.Minute, PoisonAfter: 3}, wf)
+	env := newEnv(t, &reprise.Config{LeaseTTL: time.Minute, PoisonAfter: 3}, wf)
 	unlimited := retry.Attempts(retry.Unlimited, retry.None)
 	if err := env.Engine.RegisterRemoteStep("remote-job", &unlimited); err != nil {
 		t.Fatal(err)
@@ -659,7 +618,7 @@ func TestLosingTimerIsNotConsumedLater(t *testing.T) {
 		}
 		return reprise.Now(ctx).Sub(start).String(), nil
 	})
-	env := reprisetest.New(t, nil, wf, quick)
+	env := newEnv(t, nil, wf, quick)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -687,7 +646,7 @@ func TestSignalsSurviveARestart(t *testing.T) {
 		}
 		return a + "," + b, nil
 	})
-	env := reprisetest.New(t, nil, wf)
+	env := newEnv(t, nil, wf)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -715,7 +674,7 @@ func TestChildSurvivesParentsEngineRestart(t *testing.T) {
 	parent := reprise.NewWorkflow("patient-parent", func(ctx context.Context, _ int) (string, error) {
 		return reprise.Child(ctx, child, 0).Get(ctx)
 	})
-	env := reprisetest.New(t, nil, parent, child, gate)
+	env := newEnv(t, nil, parent, child, gate)
 	h, err := parent.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -743,7 +702,7 @@ func TestSelectCancelsALosingChild(t *testing.T) {
 		// The parent goes on for a day: only the select cancels the child.
 		return "timer", reprise.Sleep(ctx, 24*time.Hour)
 	})
-	env := reprisetest.New(t, nil, parent, slowChild)
+	env := newEnv(t, nil, parent, slowChild)
 	h, err := parent.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"reprise"
-	"reprise/reprisetest"
 	"reprise/store"
 )
 
@@ -27,7 +26,7 @@ func TestRetryIfAndNextDelayAreRecorded(t *testing.T) {
 		reprise.WithNextDelay(func(n int, err error) (time.Duration, bool) { return time.Duration(n) * 7 * time.Second, true }),
 	)
 	wf := reprise.NewWorkflow("hooks", func(ctx context.Context, _ int) (int, error) { return reprise.Step(ctx, picky, 0) })
-	env := reprisetest.New(t, nil, wf, picky)
+	env := newEnv(t, nil, wf, picky)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +79,7 @@ func TestSagaCompensatesInReverse(t *testing.T) {
 		}
 		return "done", nil
 	})
-	env := reprisetest.New(t, nil, wf, do, undo, fail)
+	env := newEnv(t, nil, wf, do, undo, fail)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)

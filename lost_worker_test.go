@@ -19,7 +19,6 @@ import (
 
 	"reprise"
 	"reprise/postgres"
-	"reprise/reprisetest"
 	"reprise/sqlite"
 )
 
@@ -360,7 +359,7 @@ func TestShutdownGraceThenRetryAfterRestart(t *testing.T) {
 		return reprise.Step(ctx, hang, 0)
 	})
 	cfg := &reprise.Config{ShutdownGrace: 10 * time.Millisecond, LeaseTTL: time.Minute}
-	env := reprisetest.New(t, cfg, wf, hang)
+	env := newEnv(t, cfg, wf, hang)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)

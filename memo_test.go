@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"reprise"
-	"reprise/reprisetest"
 	"reprise/retry"
 	"reprise/store"
 )
@@ -93,7 +92,7 @@ func TestRetriesAtOnceShareAPlainInput(t *testing.T) {
 	memoSeen.plain, memoSeen.ref = map[string][]int{}, map[string][][]int{}
 	memoSeen.Unlock()
 	memoDecodes.Clear()
-	env := reprisetest.New(t, nil, memoWorkflow, plainStep, refStep)
+	env := newEnv(t, nil, memoWorkflow, plainStep, refStep)
 	h, err := memoWorkflow.Start(t.Context(), env.Engine, "once")
 	if err != nil {
 		t.Fatal(err)

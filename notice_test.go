@@ -27,7 +27,7 @@ func (s *readCounting) HistoryList(ctx context.Context, p *store.HistoryListPara
 // that does not say how far it goes, makes the run read its history.
 func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 	t.Parallel()
-	counted := &readCounting{Store: tempSQLite(t)}
+	counted := &readCounting{Store: tempStore(t)}
 	release := make(chan struct{})
 	hold := reprise.NewStep("hold", func(ctx context.Context, _ int) (int, error) {
 		<-release

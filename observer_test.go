@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"reprise"
-	"reprise/reprisetest"
 )
 
 // activityLog records EngineBusy (-1) and EngineIdle (its steps) in order.
@@ -55,7 +54,7 @@ func TestObserverHearsIdleAroundStepCode(t *testing.T) {
 		return reprise.Step(ctx, hold, n)
 	})
 	obs := &activityLog{}
-	env := reprisetest.New(t, &reprise.Config{Observer: obs}, wf, hold)
+	env := newEnv(t, &reprise.Config{Observer: obs}, wf, hold)
 	h, err := wf.Start(t.Context(), env.Engine, 1)
 	if err != nil {
 		t.Fatal(err)

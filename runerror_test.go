@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"reprise"
-	"reprise/reprisetest"
 	"reprise/retry"
 	"reprise/store"
 )
@@ -73,7 +72,7 @@ func TestRunFailsWithTheStepsError(t *testing.T) {
 				}
 				return 0, err
 			})
-			env := reprisetest.New(t, nil, wf, charge, noop)
+			env := newEnv(t, nil, wf, charge, noop)
 			h, err := wf.Start(t.Context(), env.Engine, 1)
 			if err != nil {
 				t.Fatal(err)
@@ -131,7 +130,7 @@ func TestRunErrorOfItsOwnType(t *testing.T) {
 		_, err := reprise.Step(ctx, charge, n)
 		return 0, &orderError{err}
 	})
-	env := reprisetest.New(t, nil, wf, charge)
+	env := newEnv(t, nil, wf, charge)
 	h, err := wf.Start(t.Context(), env.Engine, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +169,7 @@ func TestChildErrorNamesTheChildsStep(t *testing.T) {
 		}
 		return 0, err
 	})
-	env := reprisetest.New(t, nil, parent, child, charge)
+	env := newEnv(t, nil, parent, child, charge)
 	h, err := parent.Start(t.Context(), env.Engine, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +196,7 @@ func TestRunErrorOfATimeout(t *testing.T) {
 	wf := reprise.NewWorkflow("wait", func(ctx context.Context, n int) (int, error) {
 		return reprise.Step(ctx, slow, n)
 	})
-	env := reprisetest.New(t, nil, wf, slow)
+	env := newEnv(t, nil, wf, slow)
 	h, err := wf.Start(t.Context(), env.Engine, 1)
 	if err != nil {
 		t.Fatal(err)

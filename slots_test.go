@@ -4,42 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"reprise"
-	"reprise/clock"
 	"reprise/reprisetest"
-	"reprise/sqlite"
 	"reprise/store"
 )
-
-// tempSQLite opens a SQLite store in a file of the test's own, closed when
-// the test ends.
-func tempSQLite(t *testing.T) *sqlite.Store {
-	t.Helper()
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}
-
-// fakeSQLite is tempSQLite on a fake clock, which it returns with it.
-func fakeSQLite(t *testing.T) (*clock.Fake, *sqlite.Store) {
-	t.Helper()
-	fake := clock.NewFake(reprisetest.Start)
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: fake.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return fake, db
-}
 
 // slowFails is a real store whose first TaskFail waits for release.
 type slowFails struct {
@@ -62,7 +35,7 @@ func (s *slowFails) TaskFail(ctx context.Context, p *store.TaskFailParams) (*sto
 // still runs once it is recorded.
 func TestSlotIsFreeWhileOutcomeIsWritten(t *testing.T) {
 	t.Parallel()
-	db := tempSQLite(t)
+	db := tempStore(t)
 	st := &slowFails{Store: db, writing: make(chan struct{}), release: make(chan struct{})}
 	flaky := failsFirst("flaky", "second time", "[retry: 3, backoff: 0s]")
 	quick := reprise.NewStep("quick", func(context.Context, int) (string, error) { return "quick", nil })
@@ -118,7 +91,7 @@ func TestBacklogIsClaimedAsRoomAllows(t *testing.T) {
 	})
 	wf := reprise.NewWorkflow("gated", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, step, n) })
 	const poll = time.Second
-	env := reprisetest.New(t, &reprise.Config{MaxConcurrentSteps: slots, PollInterval: poll}, step, wf)
+	env := newEnv(t, &reprise.Config{MaxConcurrentSteps: slots, PollInterval: poll}, step, wf)
 	ctx := t.Context()
 	for i := range runs {
 		if _, _, err := env.Store.RunCreate(ctx, &store.RunCreateParams{ID: fmt.Sprint("backlog-", i), Workflow: "gated", Input: []byte("0")}); err != nil {
@@ -170,7 +143,7 @@ func (s *holdsAdvances) RunAdvance(ctx context.Context, p *store.RunAdvanceParam
 // claimed into the room left.
 func TestClaimedRunCountsOnceWhileItsStepIsLeased(t *testing.T) {
 	t.Parallel()
-	db := tempSQLite(t)
+	db := tempStore(t)
 	st := &holdsAdvances{Store: db, held: make(chan string, 2), release: make(chan struct{})}
 	ctx := t.Context()
 	if _, _, err := db.RunCreate(ctx, &store.RunCreateParams{ID: "first", Workflow: "one", Input: []byte("0")}); err != nil {
@@ -298,7 +271,7 @@ func testConcurrencyLimits(t *testing.T, fails int) {
 		}
 		return sumOf(ctx, fs)
 	})
-	env := reprisetest.New(t, &reprise.Config{MaxConcurrentSteps: 5}, wf, narrow, wide)
+	env := newEnv(t, &reprise.Config{MaxConcurrentSteps: 5}, wf, narrow, wide)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +333,7 @@ func (s *countsWakes) NextWake(ctx context.Context, p *store.NextWakeParams) (st
 // soon as the step frees its slot, the clock standing still.
 func TestStepAtItsLimitLeavesTheDispatcherAsleep(t *testing.T) {
 	t.Parallel()
-	fake, db := fakeSQLite(t)
+	fake, db := fakeStore(t)
 	st := &countsWakes{Store: db}
 	var inside gauge
 	proceed := make(chan struct{})
@@ -421,7 +394,7 @@ func TestLoweredLimitClaimsNoMore(t *testing.T) {
 		}
 		return sumOf(ctx, fs)
 	})
-	env := reprisetest.New(t, nil, wf, wide)
+	env := newEnv(t, nil, wf, wide)
 	h, err := wf.Start(t.Context(), env.Engine, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -486,7 +459,7 @@ func (s *failsFirstSchedule) RunAdvance(ctx context.Context, p *store.RunAdvance
 // still.
 func TestRoomGivenBackWakesTheDispatcher(t *testing.T) {
 	t.Parallel()
-	fake, db := fakeSQLite(t)
+	fake, db := fakeStore(t)
 	st := &failsFirstSchedule{countsWakes: countsWakes{Store: db}, held: make(chan struct{}), release: make(chan struct{})}
 	one := reprise.NewStep("one", func(context.Context, int) (int, error) { return 1, nil }, reprise.WithConcurrency(1))
 	wf := reprise.NewWorkflow("one", func(ctx context.Context, n int) (int, error) { return reprise.Step(ctx, one, n) })

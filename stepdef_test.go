@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"reprise"
-	"reprise/reprisetest"
 	"reprise/store"
 )
 
@@ -21,7 +20,7 @@ func TestStoredStepScheduledUnderItsCurrentVersion(t *testing.T) {
 	call := reprise.NewWorkflow("call", func(ctx context.Context, in json.RawMessage) (json.RawMessage, error) {
 		return reprise.Call[json.RawMessage](ctx, "charge", in)
 	})
-	env := reprisetest.New(t, nil, call)
+	env := newEnv(t, nil, call)
 	ctx := t.Context()
 	define := func(policy string) *store.StepDefinition {
 		t.Helper()

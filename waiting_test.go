@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"reprise"
-	"reprise/reprisetest"
 )
 
 // logLines collects an engine's log records, as JSON objects.
@@ -61,7 +60,7 @@ func TestStepsNobodyClaimsAreReported(t *testing.T) {
 	pulled := reprise.NewWorkflow("pulled", func(ctx context.Context, n int) (int, error) {
 		return reprise.Call[int](ctx, "resize", n)
 	})
-	env := reprisetest.New(t, cfg, lost, pulled)
+	env := newEnv(t, cfg, lost, pulled)
 	if err := env.Engine.RegisterRemoteStep("resize", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +133,7 @@ func TestUnclaimedAfterNegativeReportsNothing(t *testing.T) {
 	lost := reprise.NewWorkflow("lost", func(ctx context.Context, n int) (int, error) {
 		return reprise.Call[int](ctx, "nowhere", n)
 	})
-	env := reprisetest.New(t, cfg, lost)
+	env := newEnv(t, cfg, lost)
 	h, err := lost.Start(t.Context(), env.Engine, 1)
 	if err != nil {
 		t.Fatal(err)

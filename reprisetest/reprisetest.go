@@ -25,8 +25,8 @@ import (
 var Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // An Env is an engine running with a fake clock on a store of its own:
-// SQLite in a temporary directory (New), or memory (NewMemory). It stops
-// when the test ends.
+// SQLite in a temporary directory (New), memory (NewMemory), or one the
+// caller opened (NewOn). It stops when the test ends.
 type Env struct {
 	Engine *reprise.Engine
 	Clock  *clock.Fake
@@ -58,6 +58,13 @@ func NewMemory(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *E
 	t.Helper()
 	c := clock.NewFake(Start)
 	return newEnv(t, cfg, defs, c, memory.New(memory.Options{Now: c.Now}))
+}
+
+// NewOn is New on a store the caller opened on c's clock (PostgreSQL, say:
+// postgres.Options.Now = c.Now), which it closes when the test ends.
+func NewOn(t testing.TB, st store.Store, c *clock.Fake, cfg *reprise.Config, defs ...reprise.Definition) *Env {
+	t.Helper()
+	return newEnv(t, cfg, defs, c, st)
 }
 
 // newEnv starts an engine on st, whose clock is c, and stops it, and
