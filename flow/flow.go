@@ -183,3 +183,9 @@ func quote(s string) []byte {
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
+
+// Pos returns the place of the step's name in its flow file.
+func (s *Step) Pos() Pos { return s.pos }
+
+// ValidName reports whether name can name a flow.
+func ValidName(name string) bool { return flowNameRE.MatchString(name) }

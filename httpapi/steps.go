@@ -520,6 +520,13 @@ func (a *api) deleteStep(w http.ResponseWriter, r *http.Request) {
 // another kind (it may have been deleted and registered again elsewhere).
 func (a *api) checkPullSteps(ctx context.Context, names []string) (*Problem, error) {
 	for i, name := range names {
+		ok, err := a.isFlowPullStep(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			continue
+		}
 		s, err := a.step(ctx, name)
 		if err == nil && s != nil && s.Kind != KindPull && s.Kind != KindGo {
 			s, err = a.reloadStep(ctx, name)
