@@ -2,7 +2,6 @@ package flow
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 
 	"reprise"
@@ -112,10 +111,4 @@ func FlowsOfStep(step string) []string {
 		}
 	}
 	return names
-}
-
-// IsFlowWorkflow reports whether workflow is the workflow of a flow, and
-// which.
-func IsFlowWorkflow(workflow string) (name string, ok bool) {
-	return strings.CutPrefix(workflow, WorkflowPrefix)
 }
