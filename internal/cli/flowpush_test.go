@@ -176,3 +176,52 @@ func TestFlowPushRefused(t *testing.T) {
 		t.Fatalf("push without a server: exit %d\n%s", code, stderr.String())
 	}
 }
+
+// TestServerTakesOverAFlowPushedElsewhere: two servers on one PostgreSQL
+// database. A flow is pushed to the first, which starts a run of it and is
+// killed during the run's step; the second, which no request told of the
+// flow, finishes the run: it reads the stored flows every few seconds.
+func TestServerTakesOverAFlowPushedElsewhere(t *testing.T) {
+	t.Parallel()
+	db := pgServerDB(t, "reprise_cli_flow_takeover")
+	entered, release := make(chan struct{}), make(chan struct{})
+	endpoint := newStepEndpoint(t, func(_ string, n int, w http.ResponseWriter) {
+		if n == 1 {
+			close(entered)
+			<-release
+			http.Error(w, "the caller is gone", http.StatusInternalServerError)
+			return
+		}
+		answer(t, w, `{"success": true, "output": "held"}`)
+	})
+	t.Cleanup(func() {
+		select {
+		case <-release:
+		default:
+			close(release) // a test that fails before it lets the call go
+		}
+	})
+	a, b := spawnServer(t, db), spawnServer(t, db)
+	file := writeFile(t, "hold.yaml", "flow: hold\nsteps:\n  call:\n    http: "+endpoint.URL+"/hold\n    policy: \"[retry: 3, backoff: 100ms]\"\n")
+	var stdout, stderr bytes.Buffer
+	if code := Main([]string{"flow", "push", file, "--server", a.url}, &stdout, &stderr); code != exitOK {
+		t.Fatalf("flow push: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if _, _, err := newClient(t, a.url).StartFlow(t.Context(), "hold", nil, "held-1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the step's first attempt never reached the endpoint")
+	}
+	a.kill()
+	close(release)
+	run := waitRunLong(t, newClient(t, b.url), "held-1")
+	if run.Status != store.RunCompleted || string(run.Output) != `{"call":"held"}` {
+		t.Fatalf("run: %s %s\n%s", run.Status, run.Output, b.output())
+	}
+	if calls := endpoint.runs("/hold"); len(calls) != 2 {
+		t.Fatalf("calls %v, want the killed attempt and its retry", calls)
+	}
+}
