@@ -187,5 +187,10 @@ func quote(s string) []byte {
 // Pos returns the place of the step's name in its flow file.
 func (s *Step) Pos() Pos { return s.pos }
 
-// ValidName reports whether name can name a flow.
-func ValidName(name string) bool { return flowNameRE.MatchString(name) }
+// CheckName reports whether name can name a flow.
+func CheckName(name string) error {
+	if !flowNameRE.MatchString(name) {
+		return fmt.Errorf("flow name %q: want 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit", name)
+	}
+	return nil
+}

@@ -119,7 +119,7 @@ func (a *api) isFlowPullStep(ctx context.Context, step string) (bool, error) {
 		return true, nil
 	}
 	for _, name := range flow.FlowsOfStep(step) {
-		if f, _ := a.flows.Latest(name); f != nil || !flow.ValidName(name) {
+		if f, _ := a.flows.Latest(name); f != nil || flow.CheckName(name) != nil {
 			continue
 		}
 		if _, _, err := a.flow(ctx, name); err != nil {
@@ -233,18 +233,13 @@ func (a *api) listFlows(w http.ResponseWriter, r *http.Request) {
 // getFlow answers GET /v1/flows/{name}[?version=N].
 func (a *api) getFlow(w http.ResponseWriter, r *http.Request) {
 	name := r.PathValue("name")
-	if !flow.ValidName(name) {
-		writeProblem(w, invalid("name", "flow name %q: want 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit", name))
+	if err := flow.CheckName(name); err != nil {
+		writeProblem(w, invalid("name", "%v", err))
 		return
 	}
-	version := 0
-	if s := r.URL.Query().Get("version"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			writeProblem(w, invalid("version", "version %q is not a positive integer", s))
-			return
-		}
-		version = n
+	version, ok := queryVersion(w, r)
+	if !ok {
+		return
 	}
 	def, err := a.st.FlowGet(r.Context(), &store.FlowGetParams{Name: name, Version: version})
 	switch {
@@ -274,8 +269,8 @@ func (a *api) getFlow(w http.ResponseWriter, r *http.Request) {
 // startFlowRun starts a run of the latest version of a flow, its input
 // checked against the flow's input_schema first.
 func (a *api) startFlowRun(ctx context.Context, name string, input json.RawMessage, opts []reprise.RunOption) (*reprise.Run, bool, *Problem, error) {
-	if !flow.ValidName(name) {
-		return nil, false, invalid("flow", "flow name %q: want 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit", name), nil
+	if err := flow.CheckName(name); err != nil {
+		return nil, false, invalid("flow", "%v", err), nil
 	}
 	f, _, err := a.flow(ctx, name)
 	switch {

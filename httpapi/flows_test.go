@@ -52,21 +52,7 @@ func quoteServer(t *testing.T) string {
 // the answer.
 func (s *testServer) push(t *testing.T, contentType, src string) (int, []byte) {
 	t.Helper()
-	req, err := http.NewRequest("POST", s.url+"/v1/flows", strings.NewReader(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", contentType)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b
+	return s.callAs(t, "POST", "/v1/flows", contentType, src)
 }
 
 func TestFlowsPushAndRead(t *testing.T) {
@@ -244,19 +230,26 @@ func TestFlowsRunByName(t *testing.T) {
 // output and returns its input.
 func claimAndComplete(t *testing.T, s *testServer, step, runID, output string) json.RawMessage {
 	t.Helper()
+	task := claimOne(t, s, step)
+	if task.RunID != runID {
+		t.Fatalf("claimed a task of run %s, want %s", task.RunID, runID)
+	}
+	if err := s.c.Complete(t.Context(), task.ID, task.Token, json.RawMessage(output)); err != nil {
+		t.Fatal(err)
+	}
+	return task.Input
+}
+
+// claimOne claims a task of step through s, waiting for one.
+func claimOne(t *testing.T, s *testServer, step string) Task {
+	t.Helper()
 	for {
 		tasks, err := s.c.Claim(t.Context(), ClaimParams{Steps: []string{step}, Max: 1, Wait: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, task := range tasks {
-			if task.RunID != runID {
-				t.Fatalf("claimed a task of run %s, want %s", task.RunID, runID)
-			}
-			if err := s.c.Complete(t.Context(), task.ID, task.Token, json.RawMessage(output)); err != nil {
-				t.Fatal(err)
-			}
-			return task.Input
+		if len(tasks) > 0 {
+			return tasks[0]
 		}
 	}
 }
@@ -310,15 +303,9 @@ func TestFlowsLoadedAtStart(t *testing.T) {
 	// server's engine, which loaded the flow when it was made, can have
 	// run the workflow that scheduled it. The result goes to the server
 	// that runs the run (SQLite tells no other engine of it).
-	var task Task
-	for task.ID == 0 {
-		tasks, err := idle.c.Claim(ctx, ClaimParams{Steps: []string{"price.pack"}, Max: 1, Wait: time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(tasks) > 0 {
-			task = tasks[0]
-		}
+	task := claimOne(t, idle, "price.pack")
+	if task.RunID != run.ID {
+		t.Fatalf("claimed a task of run %s, want %s", task.RunID, run.ID)
 	}
 	if err := later.c.Complete(ctx, task.ID, task.Token, json.RawMessage(`2`)); err != nil {
 		t.Fatal(err)

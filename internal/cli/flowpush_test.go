@@ -3,7 +3,6 @@ package cli
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -18,18 +17,7 @@ import (
 )
 
 // buildShop builds the demo shop of examples/flows once per test binary.
-var buildShop = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "reprise-shop-")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "shop")
-	out, err := exec.Command("go", "build", "-o", bin, "reprise/examples/flows").CombinedOutput()
-	if err != nil {
-		return "", errors.New(string(out))
-	}
-	return bin, nil
-})
+var buildShop = sync.OnceValues(func() (string, error) { return goBuild("reprise/examples/flows", "shop") })
 
 // startShop runs the demo shop process on a free loopback port and
 // returns its base URL once it answers; it is killed when the test ends.
