@@ -59,7 +59,7 @@ func Parse(file string, src []byte) (*Flow, error) {
 	if err := c.err(); err != nil {
 		return nil, err
 	}
-	p.f.canonical = p.f.canonicalJSON()
+	p.f.canonical = p.f.canonicalJSON(func(u string) string { return u })
 	return p.f, nil
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"reprise"
 	"reprise/flow"
+	"reprise/internal/redact"
 	"reprise/store"
 )
 
@@ -41,8 +42,9 @@ type Flow struct {
 	Steps     []string  `json:"steps"`
 	Goals     []string  `json:"goals"`
 	CreatedAt time.Time `json:"created_at"`
-	// Flow is the flow itself in canonical JSON: GET /v1/flows/{name}
-	// has it, the other answers do not.
+	// Flow is the flow itself in canonical JSON, the credentials of its
+	// URLs (userinfo, secret query values) shown as "xxxxx": GET
+	// /v1/flows/{name} has it, the other answers do not.
 	Flow json.RawMessage `json:"flow,omitempty"`
 }
 
@@ -54,7 +56,7 @@ func wireFlow(f *flow.Flow, def *store.FlowDefinition, withFlow bool) *Flow {
 		out.Steps = append(out.Steps, s.Name)
 	}
 	if withFlow {
-		out.Flow = def.Flow
+		out.Flow = f.Shown(redact.String) // secrets in URLs shown as xxxxx, as GET /v1/steps does
 	}
 	return out
 }

@@ -340,3 +340,29 @@ func TestSyncFlowsNamesAStoredFlowThatDoesNotParse(t *testing.T) {
 		t.Fatalf("price after SyncFlows: %v, %d", f, v)
 	}
 }
+
+// TestFlowShownWithoutSecrets: the credentials of a flow's URLs are not
+// shown by GET /v1/flows/{name}.
+func TestFlowShownWithoutSecrets(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, Options{})
+	src := "flow: pay\nsteps:\n  charge:\n    http: https://shop:hunter2@127.0.0.1:9/charge?api_key=k3y&x=1\n"
+	if _, _, err := s.c.PushFlow(t.Context(), []byte(src), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.c.GetFlow(t.Context(), "pay", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"flow":"pay","steps":{"charge":{"http":"https://xxxxx@127.0.0.1:9/charge?api_key=xxxxx&x=1"}},"goals":["charge"]}`
+	var got, wantV any
+	if err := json.Unmarshal(f.Flow, &got); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(want), &wantV); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, wantV) || strings.Contains(string(f.Flow), "hunter2") || strings.Contains(string(f.Flow), "k3y") {
+		t.Fatalf("flow shown as %s, want %s", f.Flow, want)
+	}
+}
