@@ -222,6 +222,32 @@ func TestFlowsRunByName(t *testing.T) {
 			if done.Status != store.RunCompleted || string(done.Output) != `{"pack":{"box":1}}` {
 				t.Fatalf("run: %+v (%s)", done, done.Output)
 			}
+
+			// A run keeps the version it started with: one started before
+			// version 2 is pushed packs as version 1 says, one after as 2.
+			v1, _, err := s.c.StartFlow(ctx, "price", json.RawMessage(`{"sku": "tea"}`), "price-2")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v2src := strings.Replace(priceFlow(quoteServer(t)+"/quote"), "steps.quote.output.price }}", "steps.quote.output.price * 2 }}", 1)
+			if f, created, err := s.c.PushFlow(ctx, []byte(v2src), "application/yaml"); err != nil || !created || f.Version != 2 {
+				t.Fatalf("push version 2: %+v, %v, %v", f, created, err)
+			}
+			v2, _, err := s.c.StartFlow(ctx, "price", json.RawMessage(`{"sku": "tea"}`), "price-3")
+			if err != nil {
+				t.Fatal(err)
+			}
+			inputs := map[string]string{}
+			for len(inputs) < 2 {
+				task := claimOne(t, s, "price.pack")
+				inputs[task.RunID] = string(task.Input)
+				if err := s.c.Complete(ctx, task.ID, task.Token, json.RawMessage(`1`)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if inputs[v1.ID] != "42" || inputs[v2.ID] != "84" {
+				t.Fatalf("pack's inputs by run: %v; want 42 for %s (version 1), 84 for %s (version 2)", inputs, v1.ID, v2.ID)
+			}
 		})
 	}
 }
