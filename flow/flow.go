@@ -104,8 +104,14 @@ func (f *Flow) EngineStep(s *Step) string {
 // carries it in its input, so that it runs the version it started with.
 func (f *Flow) Canonical() json.RawMessage { return f.canonical }
 
-// canonicalJSON writes the canonical form.
-func (f *Flow) canonicalJSON() []byte {
+// Shown returns the canonical form with each HTTP step's URL as show
+// gives it: a flow as shown to someone who may not see the secrets its
+// URLs hold (show: a redaction). It is not the flow: do not parse it to
+// run it.
+func (f *Flow) Shown(show func(url string) string) json.RawMessage { return f.canonicalJSON(show) }
+
+// canonicalJSON writes the canonical form, each URL as url gives it.
+func (f *Flow) canonicalJSON(url func(string) string) []byte {
 	var b bytes.Buffer
 	str := func(s string) { b.Write(quote(s)) }
 	b.WriteString(`{"flow":`)
@@ -125,7 +131,7 @@ func (f *Flow) canonicalJSON() []byte {
 		switch s.Kind {
 		case KindHTTP:
 			b.WriteString(`"http":`)
-			str(s.URL)
+			str(url(s.URL))
 		case KindPull:
 			b.WriteString(`"pull":true`)
 		case KindStep:
@@ -182,4 +188,15 @@ func quote(s string) []byte {
 		panic(fmt.Sprintf("quote %q: %v", s, err)) // a Go string always encodes
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+}
+
+// Pos returns the place of the step's name in its flow file.
+func (s *Step) Pos() Pos { return s.pos }
+
+// CheckName reports whether name can name a flow.
+func CheckName(name string) error {
+	if !flowNameRE.MatchString(name) {
+		return fmt.Errorf("flow name %q: want 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit", name)
+	}
+	return nil
 }

@@ -59,7 +59,7 @@ func Parse(file string, src []byte) (*Flow, error) {
 	if err := c.err(); err != nil {
 		return nil, err
 	}
-	p.f.canonical = p.f.canonicalJSON()
+	p.f.canonical = p.f.canonicalJSON(func(u string) string { return u })
 	return p.f, nil
 }
 
@@ -162,8 +162,8 @@ func (p *parser) flow(n *yaml.Node) {
 		case "flow":
 			nameNode = k
 			if name, ok := p.str(v, "the flow's name"); ok {
-				if !flowNameRE.MatchString(name) {
-					p.c.add(pos(v), "flow name %q: want 1 to 100 letters, digits, '_', '.' or '-', starting with a letter or digit", name)
+				if err := CheckName(name); err != nil {
+					p.c.add(pos(v), "%v", err)
 				}
 				p.f.Name = name
 			}

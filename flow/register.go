@@ -43,23 +43,10 @@ func Definitions(f *Flow, opts *Options) ([]reprise.Definition, error) {
 // Register registers with e everything the runs of f need but the steps
 // of kind step: the workflow, the HTTP steps, and the pull steps as
 // remote steps with the engine's default policy (each call gives the
-// step's own).
+// step's own). A program that runs several flows, or versions, uses a
+// Set.
 func Register(e *reprise.Engine, f *Flow, opts *Options) error {
-	defs, err := Definitions(f, opts)
-	if err != nil {
-		return err
-	}
-	if err := e.Register(defs...); err != nil {
-		return fmt.Errorf("register flow %s: %w", f.Name, err)
-	}
-	for _, s := range f.Steps {
-		if s.Kind == KindPull {
-			if err := e.RegisterRemoteStep(f.EngineStep(s), nil); err != nil {
-				return fmt.Errorf("register flow %s: step %s: %w", f.Name, s.Name, err)
-			}
-		}
-	}
-	return nil
+	return NewSet(e, opts).Add(f, 1)
 }
 
 func (o *Options) caller() (*httpstep.Caller, error) {

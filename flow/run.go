@@ -462,16 +462,20 @@ func (c *flowCache) get(canonical []byte) (*Flow, error) {
 // ok is false for a key a flow did not make.
 func ItemOf(key string) (step string, index int, ok bool) {
 	i := strings.LastIndexByte(key, '-')
-	if i < 0 || len(key)-i-1 != 24 {
+	if i < 0 || len(key)-i-1 != 24 || strings.Trim(key[i+1:], "0123456789abcdef") != "" {
 		return "", 0, false
 	}
-	name := key[:i]
+	name, index := key[:i], -1
 	if open := strings.IndexByte(name, '['); open >= 0 && strings.HasSuffix(name, "]") {
-		n, err := strconv.Atoi(name[open+1 : len(name)-1])
-		if err != nil || n < 0 {
+		digits := name[open+1 : len(name)-1]
+		n, err := strconv.Atoi(digits)
+		if err != nil || n < 0 || strconv.Itoa(n) != digits {
 			return "", 0, false
 		}
-		return name[:open], n, true
+		name, index = name[:open], n
 	}
-	return name, -1, true
+	if !stepNameRE.MatchString(name) {
+		return "", 0, false
+	}
+	return name, index, true
 }

@@ -41,6 +41,25 @@ func BenchmarkStartRun(b *testing.B) {
 	})
 }
 
+// BenchmarkStartFlowRun: runs of a flow started per second through POST
+// /v1/runs {"flow": NAME}, one client at a time: each start reads the
+// flow's latest version and checks the input against its input_schema.
+// Its one pull step waits for a worker that never comes.
+func BenchmarkStartFlowRun(b *testing.B) {
+	s := newTestServer(b, Options{})
+	src := "flow: bench\ninput_schema: {type: object, required: [n]}\nsteps:\n  work:\n    pull: true\n    input: \"{{ input.n }}\"\n"
+	if _, _, err := s.c.PushFlow(b.Context(), []byte(src), "application/yaml"); err != nil {
+		b.Fatal(err)
+	}
+	input := json.RawMessage(`{"n":1}`)
+	for b.Loop() {
+		if _, _, err := s.c.StartFlow(b.Context(), "bench", input, ""); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "runs/s")
+}
+
 // BenchmarkPullWorkers: tasks per second through claim and complete, with
 // 8 concurrent pull workers taking one task per claim. The runs are
 // started before the timer; each worker long-polls.

@@ -53,7 +53,12 @@ func (c *Client) Close() error {
 // into out (nil to discard it); it returns the status.
 func (c *Client) do(ctx context.Context, method, path string, in, out any) (int, error) {
 	var body io.Reader
-	if in != nil {
+	contentType := "application/json"
+	switch in := in.(type) {
+	case nil:
+	case rawBody:
+		body, contentType = bytes.NewReader(in.data), in.contentType
+	default:
 		b, err := json.Marshal(in)
 		if err != nil {
 			return 0, fmt.Errorf("%s %s: encode: %w", method, path, err)
@@ -65,7 +70,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		return 0, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	req.Header.Set("Accept", "application/json")
 	if c.token != "" {
@@ -85,6 +90,12 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) (int,
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// rawBody is a request body sent as it is.
+type rawBody struct {
+	data        []byte
+	contentType string
 }
 
 // readProblem reads an error answer: a problem document, or whatever
@@ -336,4 +347,48 @@ func (c *Client) Heartbeat(ctx context.Context, id, token int64) (time.Time, err
 	}
 	_, err := c.do(ctx, "POST", taskPath(id, "heartbeat"), heartbeatRequest{Token: token}, &out)
 	return out.LeaseUntil, err
+}
+
+// PushFlow sends a flow file, YAML or JSON, as contentType
+// ("application/yaml", "application/json"). created is false when the
+// latest version holds the same flow: that version is returned. A flow
+// with faults gives a *Problem whose Errors place each in src.
+func (c *Client) PushFlow(ctx context.Context, src []byte, contentType string) (f *Flow, created bool, err error) {
+	f = new(Flow)
+	status, err := c.do(ctx, "POST", "/v1/flows", rawBody{src, contentType}, f)
+	if err != nil {
+		return nil, false, err
+	}
+	return f, status == http.StatusCreated, nil
+}
+
+// ListFlows lists the latest version of every flow.
+func (c *Client) ListFlows(ctx context.Context) ([]Flow, error) {
+	var out struct {
+		Flows []Flow `json:"flows"`
+	}
+	if _, err := c.do(ctx, "GET", "/v1/flows", nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Flows, nil
+}
+
+// GetFlow returns a version of a flow (0 for the latest), with the flow
+// itself in canonical JSON.
+func (c *Client) GetFlow(ctx context.Context, name string, version int) (*Flow, error) {
+	path := "/v1/flows/" + url.PathEscape(name)
+	if version != 0 {
+		path += "?version=" + strconv.Itoa(version)
+	}
+	var f Flow
+	if _, err := c.do(ctx, "GET", path, nil, &f); err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// StartFlow starts a run of the latest version of a flow with input (nil
+// for null) and id (empty for one the server picks), as StartRun does.
+func (c *Client) StartFlow(ctx context.Context, name string, input json.RawMessage, id string) (run *store.Run, created bool, err error) {
+	return c.start(ctx, startRequest{Flow: name, Input: input, ID: id})
 }

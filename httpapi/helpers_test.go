@@ -135,6 +135,12 @@ func dropSchema(t testing.TB, dsn, schema string) {
 // call sends a raw request and returns the status and body.
 func (s *testServer) call(t testing.TB, method, path, body string) (int, []byte) {
 	t.Helper()
+	return s.callAs(t, method, path, "application/json", body)
+}
+
+// callAs is call with a body of contentType.
+func (s *testServer) callAs(t testing.TB, method, path, contentType, body string) (int, []byte) {
+	t.Helper()
 	var r io.Reader
 	if body != "" {
 		r = strings.NewReader(body)
@@ -144,7 +150,7 @@ func (s *testServer) call(t testing.TB, method, path, body string) (int, []byte)
 		t.Fatal(err)
 	}
 	if body != "" {
-		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Content-Type", contentType)
 	}
 	if s.token != "" {
 		req.Header.Set("Authorization", "Bearer "+s.token)

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"reprise"
+	"reprise/flow"
 	"reprise/httpstep"
 	"reprise/internal/runid"
 	"reprise/store"
@@ -68,6 +69,11 @@ type Options struct {
 	// as one-step runs ({"step": NAME}) and are listed by GET /v1/steps.
 	// Default: none.
 	Steps []string
+	// Flows is the set the stored flows are registered in (flows.go), for
+	// a caller that also runs SyncFlows on it; its HTTP steps should use
+	// Caller (or AllowStepHosts). Default: a new set whose HTTP steps use
+	// the handler's Caller.
+	Flows *flow.Set
 }
 
 // api serves the endpoints; its fields after opts are its state.
@@ -79,6 +85,7 @@ type api struct {
 	log     *slog.Logger
 	caller  *httpstep.Caller
 	metrics metrics
+	flows   *flow.Set
 
 	mu    sync.Mutex
 	steps map[string]*Step       // the Go steps and the stored ones as last read (steps.go)
@@ -127,6 +134,10 @@ func NewHandler(e *reprise.Engine, st store.Store, opts Options) (http.Handler, 
 	} else if len(opts.AllowStepHosts) > 0 {
 		return nil, errors.New("httpapi: AllowStepHosts configures the default Caller; with Caller set, give AllowHosts in its httpstep.Options")
 	}
+	a.flows = opts.Flows
+	if a.flows == nil {
+		a.flows = flow.NewSet(e, &flow.Options{Caller: a.caller})
+	}
 	for _, name := range opts.Steps {
 		if err := a.addGoStep(name); err != nil {
 			return nil, err
@@ -135,6 +146,13 @@ func NewHandler(e *reprise.Engine, st store.Store, opts Options) (http.Handler, 
 	// The load is bounded by loadTimeout alone: NewHandler takes no ctx.
 	loadCtx, cancel := context.WithTimeout(context.Background(), loadTimeout) //nolint:forbidigo // NewHandler has no ctx to derive from; it needs one (a change to internal/cli, its caller)
 	err = a.loadSteps(loadCtx)
+	if err == nil {
+		// A stored flow that does not parse is no reason not to serve
+		// the others.
+		if err := SyncFlows(loadCtx, st, a.flows); err != nil {
+			a.log.Warn("load flows", "err", err)
+		}
+	}
 	cancel()
 	if err != nil {
 		return nil, err
@@ -160,6 +178,8 @@ func NewHandler(e *reprise.Engine, st store.Store, opts Options) (http.Handler, 
 	mux.Handle("/v1/runs/{path...}", childRoutes(runRoutes))
 	route("/v1/steps", map[string]http.HandlerFunc{"GET": a.listSteps, "POST": a.registerStep})
 	route("/v1/steps/{name}", map[string]http.HandlerFunc{"GET": a.getStep, "DELETE": a.deleteStep})
+	route("/v1/flows", map[string]http.HandlerFunc{"GET": a.listFlows, "POST": a.pushFlow})
+	route("/v1/flows/{name}", map[string]http.HandlerFunc{"GET": a.getFlow})
 	route("/v1/tasks/claim", map[string]http.HandlerFunc{"POST": a.claim})
 	route("/v1/tasks/{id}/complete", map[string]http.HandlerFunc{"POST": a.complete})
 	route("/v1/tasks/{id}/fail", map[string]http.HandlerFunc{"POST": a.fail})
@@ -234,6 +254,7 @@ var queryParams = map[string][]string{
 	"GET /v1/runs/{id}":         {"wait", "after"},
 	"GET /v1/runs/{id}/history": {"wait", "after"},
 	"GET /v1/steps/{name}":      {"version"},
+	"GET /v1/flows/{name}":      {"version"},
 	"DELETE /v1/steps/{name}":   {"force"},
 }
 

@@ -507,6 +507,7 @@ func testContractExamples(t *testing.T, kind string) {
 	order := []string{
 		"getHealth", "getOpenAPI", "getMetrics",
 		"registerStep", "listSteps", "getStep",
+		"pushFlow", "listFlows", "getFlow",
 		"startRun", "listRuns", "getRun", "getRunHistory", "signalRun", "cancelRun", "redriveRun",
 		"claimTasks", "completeTask", "failTask", "heartbeatTask",
 		"deleteStep",

@@ -34,6 +34,17 @@ type Problem struct {
 	// ErrorID names an internal error (500) in the server's log, which
 	// has the error itself; the answer has nothing more of it.
 	ErrorID string `json:"error_id,omitempty"`
+	// Errors are the faults of a flow file that POST /v1/flows found,
+	// each with its place in the body.
+	Errors []FlowError `json:"errors,omitempty"`
+}
+
+// A FlowError is one fault of a flow file: where (line and column from
+// 1, 0 when unknown) and what.
+type FlowError struct {
+	Line    int    `json:"line"`
+	Column  int    `json:"column"`
+	Message string `json:"message"`
 }
 
 // The types of Problem. More may be added.
@@ -121,14 +132,9 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) *Problem
 		return &Problem{Type: ProblemUnsupported, Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
 			Detail: fmt.Sprintf("Content-Type %q: send application/json", ct)}
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return &Problem{Type: ProblemTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
-				Detail: fmt.Sprintf("the body is over the limit of %d bytes", limit)}
-		}
-		return invalid("body", "reading the body: %v", err)
+	body, p := readBody(w, r, limit)
+	if p != nil {
+		return p
 	}
 	if p := checkJSON(body); p != nil {
 		return p
@@ -137,6 +143,20 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) *Problem
 		return unmarshalProblem(err)
 	}
 	return nil
+}
+
+// readBody reads the request's body, of at most limit bytes.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Problem) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, &Problem{Type: ProblemTooLarge, Title: "Content Too Large", Status: http.StatusRequestEntityTooLarge,
+				Detail: fmt.Sprintf("the body is over the limit of %d bytes", limit)}
+		}
+		return nil, invalid("body", "reading the body: %v", err)
+	}
+	return body, nil
 }
 
 // checkJSON checks that body is one JSON object, with no name twice in an

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/flow"
 	"reprise/internal/runid"
 	"reprise/store"
 )
@@ -24,6 +25,7 @@ func oneStepWorkflow(step string) string { return "step:" + step }
 type startRequest struct {
 	Workflow string          `json:"workflow"`
 	Step     string          `json:"step"`
+	Flow     string          `json:"flow"`
 	Input    json.RawMessage `json:"input"`
 	ID       string          `json:"id"`
 }
@@ -67,11 +69,17 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	workflow := req.Workflow
 	switch {
-	case req.Workflow == "" && req.Step == "":
-		writeProblem(w, invalid("workflow", `give "workflow" (a workflow's name) or "step" (a step's name, for a one-step run)`))
+	case req.Workflow == "" && req.Step == "" && req.Flow == "":
+		writeProblem(w, invalid("workflow", `give "workflow" (a workflow's name), "step" (a step's name, for a one-step run) or "flow" (a flow's name)`))
 		return
 	case req.Workflow != "" && req.Step != "":
-		writeProblem(w, invalid("step", `give "workflow" or "step", not both`))
+		writeProblem(w, invalid("step", `give one of "workflow", "step" and "flow"`))
+		return
+	case req.Flow != "" && (req.Workflow != "" || req.Step != ""):
+		writeProblem(w, invalid("flow", `give one of "workflow", "step" and "flow"`))
+		return
+	case strings.HasPrefix(req.Workflow, flow.WorkflowPrefix):
+		writeProblem(w, invalid("workflow", `%q runs a flow: start it with {"flow": %q}`, req.Workflow, strings.TrimPrefix(req.Workflow, flow.WorkflowPrefix)))
 		return
 	case req.Step != "":
 		s, err := a.step(r.Context(), req.Step)
@@ -96,7 +104,21 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 		}
 		opts = append(opts, reprise.WithRunID(req.ID))
 	}
-	run, created, err := a.e.StartRun(r.Context(), workflow, req.Input, opts...)
+	var (
+		run     *reprise.Run
+		created bool
+		err     error
+	)
+	if req.Flow != "" {
+		var p *Problem
+		run, created, p, err = a.startFlowRun(r.Context(), req.Flow, req.Input, opts)
+		if p != nil {
+			writeProblem(w, p)
+			return
+		}
+	} else {
+		run, created, err = a.e.StartRun(r.Context(), workflow, req.Input, opts...)
+	}
 	switch {
 	case errors.Is(err, reprise.ErrNotRegistered):
 		writeProblem(w, invalid("workflow", "workflow %q is not registered in this server", req.Workflow))

@@ -436,14 +436,9 @@ func (a *api) getStep(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	version := 0
-	if s := r.URL.Query().Get("version"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n < 1 {
-			writeProblem(w, invalid("version", "version %q is not a positive integer", s))
-			return
-		}
-		version = n
+	version, ok := queryVersion(w, r)
+	if !ok {
+		return
 	}
 	if a.isGoStep(name) {
 		if version != 0 {
@@ -474,6 +469,21 @@ func (a *api) getStep(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, wireStep(def))
 	}
+}
+
+// queryVersion reads the ?version= of a step's or a flow's path: 0 when
+// absent. On a bad one it answers 400 and returns false.
+func queryVersion(w http.ResponseWriter, r *http.Request) (int, bool) {
+	s := r.URL.Query().Get("version")
+	if s == "" {
+		return 0, true
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 1 {
+		writeProblem(w, invalid("version", "version %q is not a positive integer", s))
+		return 0, false
+	}
+	return n, true
 }
 
 // deleteStep answers DELETE /v1/steps/{name}[?force=true].
@@ -520,6 +530,13 @@ func (a *api) deleteStep(w http.ResponseWriter, r *http.Request) {
 // another kind (it may have been deleted and registered again elsewhere).
 func (a *api) checkPullSteps(ctx context.Context, names []string) (*Problem, error) {
 	for i, name := range names {
+		ok, err := a.isFlowPullStep(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			continue
+		}
 		s, err := a.step(ctx, name)
 		if err == nil && s != nil && s.Kind != KindPull && s.Kind != KindGo {
 			s, err = a.reloadStep(ctx, name)

@@ -60,6 +60,8 @@ type db struct {
 	attempts map[int64][]store.TaskAttempt
 	// steps are the step definitions, each name's versions in order.
 	steps map[string][]*store.StepDefinition
+	// flows are the flows, each name's versions in order.
+	flows map[string][]*store.FlowDefinition
 	// engines are the engines EngineStart recorded, each with the store it
 	// started on; nil once that store is closed (the engine is gone).
 	engines map[string]*Store
@@ -86,6 +88,7 @@ func New(opts Options) *Store {
 		failed:   make(map[position]*task),
 		attempts: make(map[int64][]store.TaskAttempt),
 		steps:    make(map[string][]*store.StepDefinition),
+		flows:    make(map[string][]*store.FlowDefinition),
 		engines:  make(map[string]*Store),
 	}}
 }

@@ -32,17 +32,24 @@ const latestStepDefSQL = `SELECT ` + stepDefColumns + ` FROM reprise_step_def WH
 // returns the store's time and the step's greatest version, or nil for a
 // name never defined.
 func (s *Store) lockStepDef(ctx context.Context, tx *pgtx.Tx, name string) (time.Time, *store.StepDefinition, error) {
-	var now time.Time
-	err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()) FROM (SELECT pg_advisory_xact_lock($2)) l`,
-		s.clock(), advisoryKey("reprise step\x00"+s.schema+"\x00"+name)).Scan(&now)
+	now, err := s.lockName(ctx, tx, "reprise step", name)
 	if err != nil {
 		return now, nil, err
 	}
 	latest, err := scanStepDef(tx.QueryRow(ctx, latestStepDefSQL, name))
 	if errors.Is(err, pgx.ErrNoRows) {
-		return now.UTC(), nil, nil
+		return now, nil, nil
 	}
-	return now.UTC(), latest, err
+	return now, latest, err
+}
+
+// lockName serializes, until tx ends, the writes of the definitions
+// (kind: step, flow) of one name, and returns the store's time.
+func (s *Store) lockName(ctx context.Context, tx *pgtx.Tx, kind, name string) (time.Time, error) {
+	var now time.Time
+	err := tx.QueryRow(ctx, `SELECT coalesce($1::timestamptz, statement_timestamp()) FROM (SELECT pg_advisory_xact_lock($2)) l`,
+		s.clock(), advisoryKey(kind+"\x00"+s.schema+"\x00"+name)).Scan(&now)
+	return now.UTC(), err
 }
 
 // StepDefine records a new version of a step, or returns the current one

@@ -221,6 +221,8 @@ type Store interface {
 
 	// StepDefStore keeps the steps defined as data (stepdef.go).
 	StepDefStore
+	// FlowStore keeps the declarative flows, versioned (flow.go).
+	FlowStore
 
 	Close() error
 }

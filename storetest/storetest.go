@@ -54,6 +54,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) store.Store
 	t.Run("TimerFire", func(t *testing.T) { t.Parallel(); testTimerFire(t, open) })
 	t.Run("NextWake", func(t *testing.T) { t.Parallel(); testNextWake(t, open) })
 	t.Run("StepDefinitions", func(t *testing.T) { t.Parallel(); testStepDefinitions(t, open) })
+	t.Run("Flows", func(t *testing.T) { t.Parallel(); testFlows(t, open) })
 }
 
 // start is the fake clock's first reading. It has microseconds, so a store

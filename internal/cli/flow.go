@@ -22,7 +22,9 @@ import (
 
 // flowMain is "reprise flow": check a flow file, or run it.
 func flowMain(args []string, stdout, stderr io.Writer) int {
-	const sub = "usage: reprise flow check FILE\n       reprise flow run FILE [--input JSON] [--db DB] [--id RUN] [--json]\n"
+	const sub = "usage: reprise flow check FILE\n       reprise flow run FILE [--input JSON] [--db DB] [--id RUN] [--json]\n" +
+		"       reprise flow push FILE --server URL [--token TOKEN]\n       reprise flow list --server URL [--json]\n" +
+		"       reprise flow show NAME [--version N] --server URL\n"
 	if len(args) == 0 {
 		fmt.Fprint(stderr, sub)
 		return exitUsage
@@ -32,6 +34,12 @@ func flowMain(args []string, stdout, stderr io.Writer) int {
 		return flowCheckMain(args[1:], stdout, stderr)
 	case "run":
 		return flowRunMain(args[1:], stdout, stderr)
+	case "push":
+		return flowPushMain(args[1:], stdout, stderr)
+	case "list":
+		return flowListMain(args[1:], stdout, stderr)
+	case "show":
+		return flowShowMain(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprint(stdout, sub)
 		return exitOK
@@ -360,4 +368,21 @@ func writeFlowSteps(w io.Writer, f *flow.Flow, events []store.Event) {
 		}
 		fmt.Fprintf(w, "  %-*s  %s%s\n", width, s.Name, line, tag)
 	}
+}
+
+// flowOfRun returns the flow a run of a flow carries, or nil for a run of
+// anything else (or one whose flow does not parse).
+func flowOfRun(run *store.Run) *flow.Flow {
+	if !strings.HasPrefix(run.Workflow, flow.WorkflowPrefix) {
+		return nil
+	}
+	var in flow.RunInput
+	if json.Unmarshal(run.Input, &in) != nil {
+		return nil
+	}
+	f, err := flow.Parse("flow", in.Flow)
+	if err != nil {
+		return nil
+	}
+	return f
 }

@@ -242,6 +242,10 @@ func historyMain(args []string, stdout, stderr io.Writer) int {
 		return writeJSON(fs, stdout, stderr, map[string]any{"events": events})
 	}
 	writeTimeline(stdout, run, events)
+	if f := flowOfRun(run); f != nil {
+		fmt.Fprintln(stdout)
+		writeFlowSteps(stdout, f, events)
+	}
 	return exitOK
 }
 

@@ -19,11 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"reprise"
+	"reprise/flow"
 	"reprise/httpapi"
 	"reprise/httpstep"
 	"reprise/internal/redact"
 	"reprise/metrics"
 	"reprise/postgres"
+	"reprise/store"
 	"reprise/webui"
 )
 
@@ -219,8 +221,14 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		return err
 	}
 	demoSteps := []string{reserveStep.Name(), chargeStep.Name(), shipStep.Name(), refundStep.Name(), releaseStep.Name()}
+	// The flows' HTTP steps call only the hosts the API's steps may.
+	flowCaller, err := httpstep.New(httpstep.Options{AllowHosts: c.allowStepHosts})
+	if err != nil {
+		return err
+	}
+	flows := flow.NewSet(e, &flow.Options{Caller: flowCaller})
 	h, err := httpapi.NewHandler(e, st, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
-		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts, Metrics: reg})
+		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts, Metrics: reg, Flows: flows})
 	if err != nil {
 		return err
 	}
@@ -252,6 +260,15 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	defer stopEngine()
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- e.Run(engineCtx) }()
+	synced := make(chan struct{})
+	go func() {
+		defer close(synced)
+		syncFlows(engineCtx, st, flows, logger)
+	}()
+	defer func() {
+		stopEngine()
+		<-synced
+	}()
 	served := make(chan error, 1) // none once the server is closed
 	go func() {
 		err := srv.Serve(ln)
@@ -354,4 +371,25 @@ func (c *limitConn) CloseWrite() error {
 		return cw.CloseWrite()
 	}
 	return nil
+}
+
+// flowSyncEvery is how often a server reads the flows stored in its
+// database, to run the runs of those pushed to another server.
+const flowSyncEvery = 5 * time.Second
+
+// syncFlows registers the flows pushed to the other servers on the
+// database, every flowSyncEvery until ctx ends (docs/flows.md).
+func syncFlows(ctx context.Context, st store.Store, flows *flow.Set, log *slog.Logger) {
+	t := time.NewTicker(flowSyncEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := httpapi.SyncFlows(ctx, st, flows); err != nil && ctx.Err() == nil {
+				log.Warn("sync flows", "err", err)
+			}
+		}
+	}
 }

@@ -22,18 +22,22 @@ import (
 )
 
 // buildReprise builds the reprise command once per test binary.
-var buildReprise = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "reprise-bin-")
+var buildReprise = sync.OnceValues(func() (string, error) { return goBuild("reprise/cmd/reprise", "reprise") })
+
+// goBuild builds the command of package pkg into a new temporary
+// directory as name, and returns its path.
+func goBuild(pkg, name string) (string, error) {
+	dir, err := os.MkdirTemp("", name+"-bin-")
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, "reprise")
-	out, err := exec.Command("go", "build", "-o", bin, "reprise/cmd/reprise").CombinedOutput()
+	bin := filepath.Join(dir, name)
+	out, err := exec.Command("go", "build", "-o", bin, pkg).CombinedOutput()
 	if err != nil {
 		return "", errors.New(string(out))
 	}
 	return bin, nil
-})
+}
 
 // startServer runs the real reprise server binary on a free loopback port
 // and a fresh database, and returns its URL; it is stopped with SIGINT,
