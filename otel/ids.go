@@ -104,7 +104,15 @@ func parseTraceParent(tp string) (trace.TraceID, trace.SpanID, trace.TraceFlags,
 
 // traceParent formats a span's context as a traceparent.
 func traceParent(sc trace.SpanContext) string {
-	return "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + sc.TraceFlags().String()
+	tid, sid, flags := sc.TraceID(), sc.SpanID(), [1]byte{byte(sc.TraceFlags())}
+	var b [55]byte
+	copy(b[:], "00-")
+	hex.Encode(b[3:35], tid[:])
+	b[35] = '-'
+	hex.Encode(b[36:52], sid[:])
+	b[52] = '-'
+	hex.Encode(b[53:], flags[:])
+	return string(b[:])
 }
 
 // newTraceParent makes the trace context of a run started without one: a

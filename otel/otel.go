@@ -26,7 +26,7 @@ const (
 	AttrWorkflow       = attribute.Key("reprise.workflow")
 	AttrRunStatus      = attribute.Key("reprise.run.status")
 	AttrStep           = attribute.Key("reprise.step")
-	AttrExecution      = attribute.Key("reprise.step.execution")
+	AttrExecution      = attribute.Key("reprise.step.execution") // after a continue-as-new: 2 on
 	AttrPosition       = attribute.Key("reprise.step.position")
 	AttrIdempotencyKey = attribute.Key("reprise.step.idempotency_key")
 	AttrStepStatus     = attribute.Key("reprise.step.status") // completed, failed, cancelled
@@ -140,9 +140,8 @@ func (t *Tracer) RunEnded(end reprise.RunEnd) {
 	if rt.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, rt.parent)
 	}
-	_, span := t.tracer.Start(withIDs(ctx, rt.run), "run "+end.Workflow, trace.WithTimestamp(started),
-		trace.WithAttributes(AttrRunID.String(end.RunID), AttrWorkflow.String(end.Workflow),
-			AttrRunStatus.String(string(end.Status))))
+	_, span := t.tracer.Start(withIDs(ctx, rt.run), "run "+end.Workflow, trace.WithTimestamp(started))
+	span.SetAttributes(AttrRunID.String(end.RunID), AttrWorkflow.String(end.Workflow), AttrRunStatus.String(string(end.Status)))
 	if end.Status == reprise.RunFailed {
 		span.SetStatus(codes.Error, "run failed")
 	}
@@ -151,7 +150,9 @@ func (t *Tracer) RunEnded(end reprise.RunEnd) {
 
 // emitAttempt emits an attempt's span, child of its step's.
 func (t *Tracer) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attemptSpan, started, ended time.Time) {
-	attrs := append(stepAttrs(end),
+	buf := attrPool.Get().(*attrBuf)
+	defer attrPool.Put(buf)
+	attrs := append(stepAttrs(buf.kv[:0], end),
 		AttrAttempt.Int(end.Attempt), AttrOutcome.String(string(end.Outcome)))
 	if end.Worker != "" {
 		attrs = append(attrs, AttrWorker.String(end.Worker))
@@ -180,11 +181,14 @@ func (t *Tracer) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attempt
 	}
 	t.emit(rt.step(end.Execution, end.Position), rt.attempt(end.Execution, end.Position, end.Attempt), name, kind,
 		attrs, failed, end.ErrorType, started, ended)
+	clear(attrs) // the pool keeps no strings alive
 }
 
 // emitStep emits a step's span, child of its run's.
 func (t *Tracer) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended time.Time) {
-	attrs := append(stepAttrs(end), AttrAttempts.Int(end.Attempt))
+	buf := attrPool.Get().(*attrBuf)
+	defer attrPool.Put(buf)
+	attrs := append(stepAttrs(buf.kv[:0], end), AttrAttempts.Int(end.Attempt))
 	failed := false
 	switch end.Outcome {
 	case reprise.OutcomeOK:
@@ -198,13 +202,22 @@ func (t *Tracer) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended t
 	}
 	t.emit(rt.run, rt.step(end.Execution, end.Position), "step "+end.Step, trace.SpanKindInternal,
 		attrs, failed, end.ErrorType, started, ended)
+	clear(attrs)
 }
 
-// stepAttrs are the attributes of a step's span and its attempts'.
-func stepAttrs(end *reprise.AttemptEnd) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 16)
+// An attrBuf holds a span's attributes while it is made: the span copies
+// them.
+type attrBuf struct{ kv [16]attribute.KeyValue }
+
+var attrPool = sync.Pool{New: func() any { return new(attrBuf) }}
+
+// stepAttrs appends the attributes of a step's span and its attempts'.
+func stepAttrs(attrs []attribute.KeyValue, end *reprise.AttemptEnd) []attribute.KeyValue {
 	attrs = append(attrs, AttrRunID.String(end.RunID), AttrStep.String(end.Step), AttrPosition.Int(end.Position),
-		AttrExecution.Int(end.Execution), AttrIdempotencyKey.String(end.IdempotencyKey))
+		AttrIdempotencyKey.String(end.IdempotencyKey))
+	if end.Execution > 1 {
+		attrs = append(attrs, AttrExecution.Int(end.Execution))
+	}
 	if end.Workflow != "" {
 		attrs = append(attrs, AttrWorkflow.String(end.Workflow))
 	}
@@ -217,7 +230,8 @@ func (t *Tracer) emit(parent, sc trace.SpanContext, name string, kind trace.Span
 ) {
 	//nolint:forbidigo // an Observer's calls bring no context; the span's parent and ids are set on this one
 	ctx := withIDs(trace.ContextWithRemoteSpanContext(context.Background(), parent), sc)
-	_, span := t.tracer.Start(ctx, name, trace.WithTimestamp(started), trace.WithSpanKind(kind), trace.WithAttributes(attrs...))
+	_, span := t.tracer.Start(ctx, name, trace.WithTimestamp(started), trace.WithSpanKind(kind))
+	span.SetAttributes(attrs...) // copied once, where the start's option would copy them twice
 	if failed {
 		span.SetStatus(codes.Error, errType)
 	}
