@@ -1,7 +1,6 @@
 package otel_test
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -36,29 +35,17 @@ func newAPIServer(t *testing.T) *apiServer {
 	t.Cleanup(func() { st.Close() })
 	cfg, exp := tracing(t)
 	cfg.Store, cfg.PollInterval, cfg.ShutdownGrace = st, 50*time.Millisecond, time.Second
-	e, err := reprise.New(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := runEngine(t, cfg)
 	h, err := httpapi.NewHandler(e, st, httpapi.Options{MaxWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close) // before the engine stops: cleanups run last first
 	c, err := httpapi.NewClient(hs.URL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		hs.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
 	return &apiServer{url: hs.URL, client: c, engine: e, spans: func() spanList { return spanList(exp.GetSpans()) }}
 }
 

@@ -170,25 +170,10 @@ func TestTraceSurvivesCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	t.Cleanup(func() { st.Close() }) // after the engine stops: cleanups run last first
 	cfg, exp := tracing(t)
 	cfg.Store, cfg.LeaseTTL, cfg.RunLeaseTTL, cfg.PollInterval = st, time.Second, time.Second, 100*time.Millisecond
-	e, err := reprise.New(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(crashDefs("")...); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	}()
+	e := runEngine(t, cfg, crashDefs("")...)
 	if run, err := e.WaitRun(t.Context(), "run-1"); err != nil || run.Status != reprise.RunCompleted {
 		t.Fatalf("run-1: %v, %v; want completed", run, err)
 	}
