@@ -131,14 +131,28 @@ type ids struct{}
 
 type idsKey struct{}
 
+// idsCtx is a context that asks for sc's ids: one allocation, where a
+// context.WithValue would take two (the context, and sc boxed).
+type idsCtx struct {
+	context.Context //nolint:containedctx // a context itself, wrapping its parent
+	sc              trace.SpanContext
+}
+
+func (c *idsCtx) Value(key any) any {
+	if key == (idsKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
 // withIDs asks the span started with ctx to take sc's trace and span ids.
 func withIDs(ctx context.Context, sc trace.SpanContext) context.Context {
-	return context.WithValue(ctx, idsKey{}, sc)
+	return &idsCtx{ctx, sc}
 }
 
 func (ids) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
-	if sc, ok := ctx.Value(idsKey{}).(trace.SpanContext); ok {
-		return sc.TraceID(), sc.SpanID()
+	if c, ok := ctx.Value(idsKey{}).(*idsCtx); ok {
+		return c.sc.TraceID(), c.sc.SpanID()
 	}
 	var tid trace.TraceID
 	binary.BigEndian.PutUint64(tid[:8], rand.Uint64())
@@ -147,8 +161,8 @@ func (ids) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
 }
 
 func (ids) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
-	if sc, ok := ctx.Value(idsKey{}).(trace.SpanContext); ok {
-		return sc.SpanID()
+	if c, ok := ctx.Value(idsKey{}).(*idsCtx); ok {
+		return c.sc.SpanID()
 	}
 	return randomSpanID()
 }

@@ -61,6 +61,7 @@ type Tracer struct {
 	// notes holds, by attempt, the attempt spans their steps wrote to
 	// (an HTTP step's attributes), until the attempt ends.
 	notes sync.Map
+	names spanNames
 }
 
 var (
@@ -140,7 +141,7 @@ func (t *Tracer) RunEnded(end reprise.RunEnd) {
 	if rt.parent.IsValid() {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, rt.parent)
 	}
-	_, span := t.tracer.Start(withIDs(ctx, rt.run), "run "+end.Workflow, trace.WithTimestamp(started))
+	_, span := t.tracer.Start(withIDs(ctx, rt.run), t.names.of("run ", end.Workflow), trace.WithTimestamp(started))
 	span.SetAttributes(AttrRunID.String(end.RunID), AttrWorkflow.String(end.Workflow), AttrRunStatus.String(string(end.Status)))
 	if end.Status == reprise.RunFailed {
 		span.SetStatus(codes.Error, "run failed")
@@ -167,7 +168,7 @@ func (t *Tracer) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attempt
 	if end.ErrorType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(end.ErrorType))
 	}
-	name, kind := "attempt "+end.Step, trace.SpanKindInternal
+	name, kind := t.names.of("attempt ", end.Step), trace.SpanKindInternal
 	if note != nil {
 		note.mu.Lock()
 		attrs = append(attrs, note.attrs...)
@@ -200,7 +201,7 @@ func (t *Tracer) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended t
 		attrs = append(attrs, AttrStepStatus.String("failed"), AttrStopReason.String(string(end.StopReason)),
 			semconv.ErrorTypeKey.String(end.ErrorType))
 	}
-	t.emit(rt.run, rt.step(end.Execution, end.Position), "step "+end.Step, trace.SpanKindInternal,
+	t.emit(rt.run, rt.step(end.Execution, end.Position), t.names.of("step ", end.Step), trace.SpanKindInternal,
 		attrs, failed, end.ErrorType, started, ended)
 	clear(attrs)
 }
@@ -230,12 +231,49 @@ func (t *Tracer) emit(parent, sc trace.SpanContext, name string, kind trace.Span
 ) {
 	//nolint:forbidigo // an Observer's calls bring no context; the span's parent and ids are set on this one
 	ctx := withIDs(trace.ContextWithRemoteSpanContext(context.Background(), parent), sc)
-	_, span := t.tracer.Start(ctx, name, trace.WithTimestamp(started), trace.WithSpanKind(kind))
+	var span trace.Span
+	if kind == trace.SpanKindClient {
+		_, span = t.tracer.Start(ctx, name, trace.WithTimestamp(started), clientKind)
+	} else {
+		_, span = t.tracer.Start(ctx, name, trace.WithTimestamp(started)) // internal, the default
+	}
 	span.SetAttributes(attrs...) // copied once, where the start's option would copy them twice
 	if failed {
 		span.SetStatus(codes.Error, errType)
 	}
 	span.End(trace.WithTimestamp(ended))
+}
+
+// clientKind is the option of an HTTP step's attempt span, made once.
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+
+// spanNames keeps the names of spans ("attempt charge"), so that a span
+// does not make its name again: up to maxNames of them.
+type spanNames struct {
+	mu sync.RWMutex
+	m  map[[2]string]string
+}
+
+const maxNames = 1000
+
+func (n *spanNames) of(prefix, name string) string {
+	k := [2]string{prefix, name}
+	n.mu.RLock()
+	s, ok := n.m[k]
+	n.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = prefix + name
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.m == nil {
+		n.m = make(map[[2]string]string)
+	}
+	if len(n.m) < maxNames {
+		n.m[k] = s
+	}
+	return s
 }
 
 // An attemptKey names an attempt.
