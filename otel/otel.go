@@ -59,7 +59,9 @@ type Tracer struct {
 	provider *sdktrace.TracerProvider
 	tracer   trace.Tracer
 	// notes holds, by attempt, the attempt spans their steps wrote to
-	// (an HTTP step's attributes), until the attempt ends.
+	// (an HTTP step's attributes), until the attempt ends. One whose end
+	// this process never hears of (its lease lost mid-step, the attempt
+	// reaped by another process) stays: a few attributes, rarely.
 	notes sync.Map
 	names spanNames
 }
