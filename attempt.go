@@ -209,11 +209,18 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 		return e.finishAttempt(t, nil, retry.Permanent(err), pol)
 	}
 	start := e.clock.Now()
+	var ai AttemptInfo
+	if e.cfg.Observer != nil || e.cfg.Tracer != nil {
+		ai = e.attemptInfo(t)
+	}
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.AttemptStarted(attemptInfo(t))
+		e.cfg.Observer.AttemptStarted(ai)
 	}
 	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey,
 		StepVersion: t.StepVersion}
+	if e.cfg.Tracer != nil {
+		ctx, info.TraceParent = e.cfg.Tracer.AttemptContext(ctx, ai)
+	}
 	if limit, cause := attemptLimit(pol, t, start); limit > 0 {
 		info.Deadline = start.Add(limit)
 		timer := e.clock.AfterFunc(limit, func() { a.stop(e, cause) })
@@ -246,7 +253,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 		e.log.Debug("attempt abandoned", "run_id", t.RunID, "step", t.Step, "attempt", t.Attempt, "cause", cause)
 		if e.cfg.Observer != nil && (errors.Is(cause, ErrCancelled) || errors.Is(cause, ErrStepCancelled)) {
 			e.cfg.Observer.AttemptEnded(AttemptEnd{
-				AttemptInfo: attemptInfo(t),
+				AttemptInfo: ai,
 				Outcome:     OutcomeCancelled, Duration: e.clock.Now().Sub(start),
 			})
 		}

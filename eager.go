@@ -89,7 +89,8 @@ func (es *eagerStart) abandon() bool {
 // with the code's first advance, which the replayer then goes on from.
 func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p store.RunCreateParams) eagerResult {
 	es := &eagerStart{first: make(chan *firstAdvance, 1), created: make(chan *store.RunLease, 1)}
-	r := newReplayer(e, store.RunLease{Run: &Run{ID: p.ID, Workflow: p.Workflow, Input: p.Input, Execution: 1}}, wf)
+	r := newReplayer(e, store.RunLease{Run: &Run{ID: p.ID, Workflow: p.Workflow, Input: p.Input, Execution: 1,
+		TraceParent: p.TraceParent}}, wf)
 	r.eager = es
 	e.mu.Lock()
 	if !e.running {

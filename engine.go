@@ -77,6 +77,11 @@ type Config struct {
 	// its methods must be fast and must not block. Without one, the
 	// engine pays a nil check per event. Default: none.
 	Observer Observer
+	// Tracer gives runs a trace context and attempts a traceparent, for
+	// the spans of a tracing Observer (package otel implements both).
+	// Default: none; runs keep the traceparent they were started with
+	// (WithTraceParent) and nothing else is traced.
+	Tracer Tracer
 }
 
 // An Engine runs workflows and their steps against a Store.

@@ -87,6 +87,14 @@ type AttemptInfo struct {
 	// Worker is the lease's owner: an engine's WorkerID or a pull
 	// worker's name, when known.
 	Worker string
+	// Execution and Position place the step in its run; IdempotencyKey
+	// is the step's.
+	Execution, Position int
+	IdempotencyKey      string
+	// TraceParent is the run's trace context (Run.TraceParent) and
+	// Workflow its workflow, filled only for an engine with a
+	// Config.Tracer.
+	TraceParent, Workflow string
 }
 
 // AttemptOutcome is how an attempt ended, as AttemptEnd reports it.
@@ -122,6 +130,8 @@ type AttemptEnd struct {
 	Retry      bool
 	Delay      time.Duration
 	StopReason retry.Reason
+	// StepStarted is when the step's first attempt started, if known.
+	StepStarted time.Time
 }
 
 // RunEnd is a run that ended.
@@ -129,6 +139,10 @@ type RunEnd struct {
 	RunID    string
 	Workflow string
 	Status   RunStatus
+	// TraceParent is the run's trace context (Run.TraceParent); Created
+	// is when the run was created, if known.
+	TraceParent string
+	Created     time.Time
 }
 
 // outcomeOf classifies an attempt's failure.
@@ -146,15 +160,20 @@ func outcomeOf(err error, errType string) AttemptOutcome {
 	return OutcomeRetryable
 }
 
-// attemptInfo names attempt t.
-func attemptInfo(t *store.Task) AttemptInfo {
-	return AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner}
+// attemptInfo names attempt t, with its run's trace context for a Tracer.
+func (e *Engine) attemptInfo(t *store.Task) AttemptInfo {
+	a := AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner,
+		Execution: t.Execution, Position: t.Position, IdempotencyKey: t.IdempotencyKey}
+	if e.cfg.Tracer != nil {
+		a.TraceParent, a.Workflow = e.runTrace(t.RunID)
+	}
+	return a
 }
 
 // attemptEnd is attempt t ended with outcome, as long as it ran since it
 // started.
 func (e *Engine) attemptEnd(t *store.Task, outcome AttemptOutcome) AttemptEnd {
-	end := AttemptEnd{AttemptInfo: attemptInfo(t), Outcome: outcome}
+	end := AttemptEnd{AttemptInfo: e.attemptInfo(t), Outcome: outcome, StepStarted: t.FirstStartedAt}
 	if !t.StartedAt.IsZero() {
 		end.Duration = max(e.clock.Now().Sub(t.StartedAt), 0)
 	}
@@ -187,6 +206,6 @@ func (e *Engine) observeOK(t *store.Task) {
 // observeStale reports a result the store refused.
 func (e *Engine) observeStale(t *store.Task) {
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.StaleResultRefused(attemptInfo(t))
+		e.cfg.Observer.StaleResultRefused(e.attemptInfo(t))
 	}
 }

@@ -31,7 +31,7 @@ func (e *Engine) reap(ctx context.Context) {
 			continue
 		}
 		if e.cfg.Observer != nil {
-			e.cfg.Observer.LeaseLapsed(attemptInfo(t))
+			e.cfg.Observer.LeaseLapsed(e.attemptInfo(t))
 			e.observeFail(t, retry.NewError(p.Error.Type, p.Error.Message), p)
 		}
 		e.deliver(o)

@@ -54,7 +54,7 @@ func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, 
 	}
 	if e.cfg.Observer != nil {
 		for _, t := range tasks {
-			e.cfg.Observer.AttemptStarted(attemptInfo(t))
+			e.cfg.Observer.AttemptStarted(e.attemptInfo(t))
 		}
 	}
 	if len(tasks) > 0 {

@@ -33,6 +33,8 @@ type replayer struct {
 	input   json.RawMessage
 
 	parentID string
+	// traceParent is the run's trace context (Run.TraceParent).
+	traceParent string
 	// created is when the run was created, if known; final is the run's
 	// end state, once it finished, for waiters (nil when created is not
 	// known).
@@ -121,6 +123,7 @@ func newReplayer(e *Engine, lease store.RunLease, wf *workflowEntry) *replayer {
 		wake:      make(chan struct{}, 1),
 	}
 	r.token.Store(lease.Token)
+	r.traceParent = lease.Run.TraceParent
 	r.ctx = context.WithValue(ctx, replayerKey{}, r)
 	return r
 }
@@ -302,7 +305,8 @@ func (r *replayer) run(fresh bool) {
 	default:
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
 		if e.cfg.Observer != nil {
-			e.cfg.Observer.RunEnded(RunEnd{RunID: r.id, Workflow: r.workflow.name, Status: finish.Status})
+			e.cfg.Observer.RunEnded(RunEnd{RunID: r.id, Workflow: r.workflow.name, Status: finish.Status,
+				TraceParent: r.traceParent, Created: r.created})
 		}
 		e.deliver(adv.Parent)
 		r.final = r.finalRun(finish, adv.Events)
@@ -315,7 +319,7 @@ func (r *replayer) run(fresh bool) {
 func (r *replayer) known() *Run {
 	return &Run{
 		ID: r.id, Workflow: r.workflow.name, Status: RunRunning, Input: r.input, Execution: r.execution,
-		ParentID: r.parentID, CreatedAt: r.created,
+		ParentID: r.parentID, CreatedAt: r.created, TraceParent: r.traceParent,
 	}
 }
 

@@ -17,11 +17,17 @@ import (
 // A RunOption configures a run at its start.
 type RunOption func(*runOptions)
 
-type runOptions struct{ id string }
+type runOptions struct{ id, traceParent string }
 
 // WithRunID gives the run a caller-chosen id, which makes starting it
 // idempotent: a second start with the same id returns the first run.
 func WithRunID(id string) RunOption { return func(o *runOptions) { o.id = id } }
+
+// WithTraceParent starts the run in the caller's trace: tp is a W3C
+// traceparent ("00-<trace id>-<parent span id>-<flags>"), kept with the
+// run (Run.TraceParent) so that every process that executes it continues
+// that trace. Without it, a Config.Tracer makes one (see Tracer).
+func WithTraceParent(tp string) RunOption { return func(o *runOptions) { o.traceParent = tp } }
 
 // ValidateRunID reports whether id can name a run: 1 to 200 characters
 // from letters, digits and "-_.:@".
@@ -50,6 +56,13 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	} else if err := ValidateRunID(o.id); err != nil {
 		return nil, false, err
 	}
+	if o.traceParent != "" {
+		if err := ValidateTraceParent(o.traceParent); err != nil {
+			return nil, false, err
+		}
+	} else if e.cfg.Tracer != nil {
+		o.traceParent = e.cfg.Tracer.NewTraceParent(o.id)
+	}
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
@@ -63,7 +76,8 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	if wf == nil {
 		return nil, false, fmt.Errorf("start run: workflow %q: %w", workflow, ErrNotRegistered)
 	}
-	p := store.RunCreateParams{ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL}
+	p := store.RunCreateParams{ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL,
+		TraceParent: o.traceParent}
 	if owner != "" {
 		if res := e.startEager(ctx, wf, p); !res.fallback {
 			return res.run, res.created, res.err
@@ -112,7 +126,8 @@ func (e *Engine) CancelRun(ctx context.Context, id, reason string) error {
 	}
 	e.stopRun(id)
 	if e.cfg.Observer != nil && run != nil {
-		e.cfg.Observer.RunEnded(RunEnd{RunID: id, Workflow: run.Workflow, Status: RunCancelled})
+		e.cfg.Observer.RunEnded(RunEnd{RunID: id, Workflow: run.Workflow, Status: RunCancelled,
+			TraceParent: run.TraceParent, Created: run.CreatedAt})
 	}
 	return nil
 }

@@ -231,6 +231,10 @@ type StepInfo struct {
 	// was scheduled under (see RegisterStepDefinition); 0 for a step
 	// without one.
 	StepVersion int
+	// TraceParent is the W3C traceparent of the attempt's span, for the
+	// step to send on (an HTTP step sends it as its traceparent header);
+	// empty for an engine without a Config.Tracer.
+	TraceParent string
 }
 
 type stepInfoKey struct{}

@@ -91,8 +91,6 @@ func httpCall(c *httpstep.Caller) func(context.Context, json.RawMessage) (json.R
 			return nil, retry.Permanent(fmt.Errorf("the input of a flow's HTTP step has no url: %s", raw))
 		}
 		info, _ := reprise.StepInfoFrom(ctx)
-		return c.Call(ctx, in.URL, &httpstep.Request{
-			RunID: info.RunID, Step: info.Step, Attempt: info.Attempt, IdempotencyKey: info.IdempotencyKey, Input: in.Input,
-		})
+		return c.Call(ctx, in.URL, httpstep.StepRequest(info, in.Input))
 	}
 }

@@ -28,6 +28,9 @@ type startRequest struct {
 	Flow     string          `json:"flow"`
 	Input    json.RawMessage `json:"input"`
 	ID       string          `json:"id"`
+	// TraceParent is the W3C traceparent to start the run under; without
+	// it, the request's traceparent header, if any.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // runJSON is a run on the wire: every field present, null when unset.
@@ -104,13 +107,20 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 		}
 		opts = append(opts, reprise.WithRunID(req.ID))
 	}
+	tp, p := startTraceParent(r, req.TraceParent)
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if tp != "" {
+		opts = append(opts, reprise.WithTraceParent(tp))
+	}
 	var (
 		run     *reprise.Run
 		created bool
 		err     error
 	)
 	if req.Flow != "" {
-		var p *Problem
 		run, created, p, err = a.startFlowRun(r.Context(), req.Flow, req.Input, opts)
 		if p != nil {
 			writeProblem(w, p)
@@ -134,6 +144,28 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Location", "/v1/runs/"+url.PathEscape(run.ID))
 	writeJSON(w, status, wireRun(run))
+}
+
+// startTraceParent is the trace context a start gives: the body's
+// traceparent, else the request's traceparent header.
+func startTraceParent(r *http.Request, body string) (string, *Problem) {
+	if body != "" {
+		if err := reprise.ValidateTraceParent(body); err != nil {
+			return "", invalid("traceparent", "%v", err)
+		}
+		return body, nil
+	}
+	h := r.Header.Values("Traceparent")
+	switch {
+	case len(h) == 0:
+		return "", nil
+	case len(h) > 1:
+		return "", invalid("traceparent", "the traceparent header is given %d times; give it once", len(h))
+	}
+	if err := reprise.ValidateTraceParent(h[0]); err != nil {
+		return "", invalid("traceparent", "the traceparent header: %v", err)
+	}
+	return h[0], nil
 }
 
 // runList is the answer of GET /v1/runs.

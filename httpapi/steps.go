@@ -340,9 +340,7 @@ func (a *api) httpStep(name string) func(context.Context, json.RawMessage) (json
 		if err != nil {
 			return nil, err
 		}
-		return a.caller.Call(ctx, target, &httpstep.Request{
-			RunID: info.RunID, Step: info.Step, Attempt: info.Attempt, IdempotencyKey: info.IdempotencyKey, Input: input,
-		})
+		return a.caller.Call(ctx, target, httpstep.StepRequest(info, input))
 	}
 }
 

@@ -45,6 +45,10 @@ type Task struct {
 	// deadline); absent when it has none.
 	Deadline   time.Time `json:"deadline,omitzero"`
 	LeaseUntil time.Time `json:"lease_until"`
+	// TraceParent is the W3C traceparent of the attempt's span, for the
+	// worker's spans to join the run's trace; absent when the server
+	// traces nothing.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 func wireTask(t *store.Task) Task {
@@ -109,7 +113,9 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request) {
 	a.metrics.tasksClaimed.Add(float64(len(tasks)))
 	out := claimList{Tasks: make([]Task, 0, len(tasks))}
 	for _, t := range tasks {
-		out.Tasks = append(out.Tasks, wireTask(t))
+		wt := wireTask(t)
+		wt.TraceParent = a.e.AttemptTraceParent(t)
+		out.Tasks = append(out.Tasks, wt)
 	}
 	writeJSON(w, http.StatusOK, out)
 }

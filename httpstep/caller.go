@@ -19,6 +19,10 @@ import (
 	"strings"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"reprise"
 	"reprise/retry"
 )
 
@@ -89,6 +93,17 @@ type Request struct {
 	Attempt        int             `json:"attempt"`
 	IdempotencyKey string          `json:"idempotency_key"`
 	Input          json.RawMessage `json:"input"`
+	// TraceParent, when set, is sent as the traceparent header (W3C Trace
+	// Context): the attempt's span (reprise.StepInfo.TraceParent), so that
+	// the endpoint's spans join the run's trace. Not part of the body.
+	TraceParent string `json:"-"`
+}
+
+// StepRequest is the request of the attempt a step's context belongs to
+// (reprise.StepInfoFrom), with its input.
+func StepRequest(info reprise.StepInfo, input json.RawMessage) *Request {
+	return &Request{RunID: info.RunID, Step: info.Step, Attempt: info.Attempt, IdempotencyKey: info.IdempotencyKey,
+		Input: input, TraceParent: info.TraceParent}
 }
 
 // Options configure a Caller. The zero value works.
@@ -322,6 +337,13 @@ func (c *Caller) exchange(ctx context.Context, hreq *http.Request, req *Request)
 	hreq.Header = c.header.Clone()
 	hreq.Header["Idempotency-Key"] = []string{req.IdempotencyKey}
 	hreq.Header["Reprise-Attempt"] = []string{strconv.Itoa(req.Attempt)}
+	if req.TraceParent != "" {
+		hreq.Header["Traceparent"] = []string{req.TraceParent}
+	}
+	span := trace.SpanFromContext(ctx)
+	if span.IsRecording() {
+		traceRequest(span, hreq.URL, req.Attempt)
+	}
 
 	resp, err := c.client.Do(hreq)
 	if err != nil {
@@ -330,6 +352,9 @@ func (c *Caller) exchange(ctx context.Context, hreq *http.Request, req *Request)
 	defer resp.Body.Close()
 
 	code := resp.StatusCode
+	if span.IsRecording() {
+		span.SetAttributes(semconv.HTTPResponseStatusCode(code))
+	}
 	switch {
 	case code >= 200 && code <= 299:
 		var body []byte
@@ -353,6 +378,26 @@ func (c *Caller) exchange(ctx context.Context, hreq *http.Request, req *Request)
 		return nil, c.statusError(resp, TypeHTTP3xx, false)
 	}
 	return nil, c.statusError(resp, TypeInvalidResponse, false)
+}
+
+// traceRequest writes the HTTP client span attributes of a request to the
+// attempt's span (OpenTelemetry's semantic conventions): the method, the
+// server, the URL without its query, and the resends before it.
+func traceRequest(span trace.Span, u *url.URL, attempt int) {
+	port := u.Port()
+	if port == "" {
+		port = "443"
+		if u.Scheme == "http" {
+			port = "80"
+		}
+	}
+	n, _ := strconv.Atoi(port)
+	span.SetName(http.MethodPost)
+	span.SetAttributes(semconv.HTTPRequestMethodPost, semconv.ServerAddress(u.Hostname()), semconv.ServerPort(n),
+		semconv.URLFull(where(u)))
+	if attempt > 1 {
+		span.SetAttributes(semconv.HTTPRequestResendCount(attempt - 1))
+	}
 }
 
 // statusError describes a response classified by its status alone: the

@@ -85,7 +85,7 @@ func (s *Store) runCreate(ctx context.Context, p *store.RunCreateParams) (store.
 	r := &run{
 		Run: store.Run{
 			ID: p.ID, Workflow: p.Workflow, Status: store.RunPending, Input: cloneJSON(p.Input),
-			Execution: 1, ParentID: p.ParentID, CreatedAt: now,
+			Execution: 1, ParentID: p.ParentID, CreatedAt: now, TraceParent: p.TraceParent,
 		},
 		parentPosition: p.ParentPosition, parentExecution: p.ParentExecution,
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // runColumns are the columns scanRun reads, in order.
-const runColumns = `id, workflow, status, input, output, error, execution, parent_id, created_at, updated_at`
+const runColumns = `id, workflow, status, input, output, error, execution, parent_id, created_at, updated_at, trace_parent`
 
 // scanRun reads runColumns and then extra.
 func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
@@ -27,7 +27,8 @@ func scanRun(row pgx.Row, extra ...any) (*store.Run, error) {
 		input, outpt []byte
 		errInfo      []byte
 	)
-	dest := append([]any{&r.ID, &r.Workflow, &status, &input, &outpt, &errInfo, &r.Execution, &r.ParentID, &r.CreatedAt, &r.UpdatedAt}, extra...)
+	dest := append([]any{&r.ID, &r.Workflow, &status, &input, &outpt, &errInfo, &r.Execution, &r.ParentID, &r.CreatedAt, &r.UpdatedAt,
+		&r.TraceParent}, extra...)
 	if err := row.Scan(dest...); err != nil {
 		return nil, err
 	}
@@ -148,32 +149,33 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 // ahead: it returns the new run, or nothing if the id exists.
 func createRead(clock any, p *store.RunCreateParams) *pgtx.Read {
 	const columns = `id, workflow, status, input, owner, token, lease_until, last_seq, created_at, updated_at,
-		parent_id, parent_position, parent_execution`
+		parent_id, parent_position, parent_execution, trace_parent`
 	return &pgtx.Read{
 		SQL: `
 			INSERT INTO reprise_run (` + columns + `)
 			SELECT $2, $3, CASE WHEN $5 = '' THEN 'pending' ELSE 'running' END, $4::json, $5,
 				CASE WHEN $5 = '' THEN 0 ELSE 1 END,
-				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now, $7, $8, $9
+				CASE WHEN $5 = '' THEN NULL ELSE c.now + $6::interval END, 1, c.now, c.now, $7, $8, $9, $10
 			FROM (SELECT coalesce($1::timestamptz, statement_timestamp()) AS now) c
 			ON CONFLICT (id) DO NOTHING
 			RETURNING ` + runColumns + `, token`,
-		Args:  []any{clock, p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL, p.ParentID, p.ParentPosition, p.ParentExecution},
-		Types: []string{"timestamptz", "text", "text", "text", "text", "interval", "text", "int", "int"},
+		Args: []any{clock, p.ID, p.Workflow, nullJSON(p.Input), p.Owner, p.LeaseTTL, p.ParentID, p.ParentPosition, p.ParentExecution,
+			p.TraceParent},
+		Types: []string{"timestamptz", "text", "text", "text", "text", "interval", "text", "int", "int", "text"},
 		// Rows in the order of the arrays: of an id given twice, the first
 		// is inserted, and the row is the first's (DISTINCT ON).
 		Set: `
 			WITH c AS (SELECT statement_timestamp() AS now),
 			q AS MATERIALIZED (
 				SELECT * FROM unnest($1::timestamptz[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[],
-					$7::text[], $8::int[], $9::int[]) WITH ORDINALITY
-					AS q(at, id, workflow, input, owner, ttl, parent_id, parent_position, parent_execution, i)),
+					$7::text[], $8::int[], $9::int[], $10::text[]) WITH ORDINALITY
+					AS q(at, id, workflow, input, owner, ttl, parent_id, parent_position, parent_execution, trace_parent, i)),
 			inserted AS (
 				INSERT INTO reprise_run (` + columns + `)
 				SELECT id, workflow, CASE WHEN owner = '' THEN 'pending' ELSE 'running' END, input::json, owner,
 					CASE WHEN owner = '' THEN 0 ELSE 1 END,
 					CASE WHEN owner = '' THEN NULL ELSE coalesce(at, c.now) + ttl END, 1, coalesce(at, c.now),
-					coalesce(at, c.now), parent_id, parent_position, parent_execution
+					coalesce(at, c.now), parent_id, parent_position, parent_execution, trace_parent
 				FROM q, c
 				ORDER BY i
 				ON CONFLICT (id) DO NOTHING

@@ -16,7 +16,7 @@ import (
 // runColumns are the columns scanRun reads. A run's updated time is its
 // last event's.
 const runColumns = `id, workflow, status, execution, coalesce(parent_id, ''), input, output, error, created_at,
-	(SELECT at FROM events WHERE run_id = runs.id ORDER BY seq DESC LIMIT 1)`
+	(SELECT at FROM events WHERE run_id = runs.id ORDER BY seq DESC LIMIT 1), trace_parent`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -26,7 +26,8 @@ func scanRun(row scanner) (*store.Run, error) {
 	var input, output, errJSON []byte
 	var created int64
 	var updated sql.NullInt64
-	err := row.Scan(&r.ID, &r.Workflow, &status, &r.Execution, &r.ParentID, &input, &output, &errJSON, &created, &updated)
+	err := row.Scan(&r.ID, &r.Workflow, &status, &r.Execution, &r.ParentID, &input, &output, &errJSON, &created, &updated,
+		&r.TraceParent)
 	if err != nil {
 		return nil, err
 	}
@@ -82,11 +83,11 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 		}
 		n, err := tx.exec(`
 			INSERT INTO runs (id, workflow, status, input, owner, lease_until, token, created_at,
-				parent_id, parent_position, parent_execution)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+				parent_id, parent_position, parent_execution, trace_parent)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
 			p.ID, p.Workflow, string(status), blob(p.Input), p.Owner, until, token, tx.nanos,
-			nullString(p.ParentID), p.ParentPosition, p.ParentExecution)
+			nullString(p.ParentID), p.ParentPosition, p.ParentExecution, p.TraceParent)
 		if err != nil {
 			return err
 		}
@@ -102,7 +103,7 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 		}
 		run := &store.Run{
 			ID: p.ID, Workflow: p.Workflow, Status: status, Input: p.Input,
-			Execution: 1, ParentID: p.ParentID, CreatedAt: tx.now, UpdatedAt: tx.now,
+			Execution: 1, ParentID: p.ParentID, CreatedAt: tx.now, UpdatedAt: tx.now, TraceParent: p.TraceParent,
 		}
 		lease = store.RunLease{Token: token, Run: run}
 		if first != nil {

@@ -68,6 +68,11 @@ type Run struct {
 	// for long, when the read looked (Engine.RunWaiting; GET
 	// /v1/runs/{id} and reprise show do). Stores leave it nil.
 	Waiting *Waiting `json:"waiting,omitempty"`
+	// TraceParent is the run's trace context, a W3C traceparent kept
+	// with the run so that every process that executes it continues one
+	// trace (package otel says what it holds); empty for a run started
+	// without one while no tracer was set.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // A Task is a step's row in the durable queue: one per step, not per
@@ -243,6 +248,8 @@ type RunCreateParams struct {
 	ID       string
 	Workflow string
 	Input    json.RawMessage
+	// TraceParent is stored as Run.TraceParent.
+	TraceParent string
 	// Owner, when set, leases the new run to that engine for LeaseTTL.
 	Owner    string
 	LeaseTTL time.Duration

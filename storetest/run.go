@@ -41,6 +41,47 @@ func testRunCreate(t *testing.T, open Open) {
 		}})
 	})
 
+	t.Run("KeepsTraceParent", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		// The trace context goes with the run to every reader: the
+		// creator, RunGet, RunList, and the engine that claims the run
+		// after its creator died.
+		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		lease, _, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
+			ID: "run-1", Workflow: "order", TraceParent: tp,
+		})
+		if err != nil {
+			t.Fatalf("RunCreate: %v", err)
+		}
+		if lease.Run.TraceParent != tp {
+			t.Fatalf("returned run's TraceParent = %q, want %q", lease.Run.TraceParent, tp)
+		}
+		if got := f.get("run-1").TraceParent; got != tp {
+			t.Fatalf("RunGet: TraceParent = %q, want %q", got, tp)
+		}
+		runs, err := f.store.RunList(t.Context(), &store.RunListParams{})
+		if err != nil || len(runs) != 1 || runs[0].TraceParent != tp {
+			t.Fatalf("RunList = %v, %v; want one run with TraceParent %q", runs, err, tp)
+		}
+		claimed := f.runClaim(engine2, 10)
+		if len(claimed) != 1 || claimed[0].Run.TraceParent != tp {
+			t.Fatalf("RunClaim = %v, want run-1 with TraceParent %q", claimed, tp)
+		}
+		// A second start under the id keeps the first's.
+		again, created, err := f.store.RunCreate(t.Context(), &store.RunCreateParams{
+			ID: "run-1", Workflow: "order", TraceParent: "00-11111111111111111111111111111111-2222222222222222-01",
+		})
+		if err != nil || created || again.Run.TraceParent != tp {
+			t.Fatalf("RunCreate again: created=%v err=%v TraceParent=%q, want the first's %q", created, err, again.Run.TraceParent, tp)
+		}
+		// A run started without one has none.
+		if got := f.create("run-2").Run.TraceParent; got != "" {
+			t.Fatalf("run created without a trace context: TraceParent = %q, want empty", got)
+		}
+	})
+
 	t.Run("WithOwnerLeasesRun", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)

@@ -11,21 +11,27 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"reprise"
 	"reprise/internal/bench"
+	"reprise/metrics"
+	"reprise/otel"
 	"reprise/postgres"
 	"reprise/sqlite"
 	"reprise/store"
 )
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N]")
+	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--observe off|metrics|tracing|both]")
 	runs := fs.Int("runs", 20000, "one-step runs per throughput workload")
 	parked := fs.Int("parked", 10000, "runs to park in backoff for the memory figure (0 to skip)")
 	lateness := fs.Int("lateness", 1000, "runs in backoff for the retry lateness figure (0 to skip)")
 	db := fs.String("db", "", "database: a SQLite file (the runs stay in it), or a postgres:// URL, where each workload\n"+
 		"runs in a schema of its own, dropped after (default: a fresh SQLite file in a temporary directory)")
+	observe := fs.String("observe", "off", "what watches the engine: off, metrics (the Prometheus metrics of reprise server),\n"+
+		"tracing (a span per run, step and attempt, batched to an exporter that drops them), or both")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {
 		return code
@@ -36,8 +42,14 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if *runs < 1 || *parked < 0 || *lateness < 0 {
 		return usageErrorf(fs, stderr, "--runs must be positive, --parked and --lateness not negative")
 	}
+	switch *observe {
+	case "off", "metrics", "tracing", "both":
+	default:
+		return usageErrorf(fs, stderr, "--observe %q: give off, metrics, tracing or both", *observe)
+	}
 	ctx := context.Background()
-	fmt.Fprintf(stdout, "reprise bench: %d-core machine, one engine process\n\n", numCPU())
+	fmt.Fprintf(stdout, "reprise bench: %d-core machine, one engine process, observers: %s\n\n", numCPU(), *observe)
+
 	workloads := []struct {
 		name              string
 		concurrency, fail int
@@ -51,7 +63,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if w.concurrency == 1 {
 			n = max(1, n/10)
 		}
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, _ store.Store) error {
+		err := withEngine(ctx, *db, *observe, stderr, func(e *reprise.Engine, _ store.Store) error {
 			res, err := bench.RunThroughput(ctx, e, n, w.concurrency, w.fail)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", w.name+":", res)
@@ -64,7 +76,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *lateness > 0 {
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, _ store.Store) error {
+		err := withEngine(ctx, *db, *observe, stderr, func(e *reprise.Engine, _ store.Store) error {
 			res, err := bench.RunLateness(ctx, e, *lateness, 2*time.Second)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "retry lateness, backoffs spread over 1-2s:", res)
@@ -79,7 +91,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *parked > 0 {
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, st store.Store) error {
+		err := withEngine(ctx, *db, *observe, stderr, func(e *reprise.Engine, st store.Store) error {
 			res, err := bench.RunParked(ctx, e, st, *parked)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "memory:", res)
@@ -95,8 +107,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 }
 
 // withEngine runs fn against a running engine on a fresh database (or db),
-// and the engine's store.
-func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine, store.Store) error) error {
+// and the engine's store; the engine is watched by the observers observe
+// names (--observe).
+func withEngine(ctx context.Context, db, observe string, stderr io.Writer, fn func(*reprise.Engine, store.Store) error) error {
 	var st store.Store
 	var err error
 	switch {
@@ -124,7 +137,28 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 		return err
 	}
 	defer st.Close()
-	e, err := reprise.New(reprise.Config{Store: st, MaxConcurrentSteps: 256})
+	cfg := reprise.Config{Store: st, MaxConcurrentSteps: 256}
+	var obs observers
+	if observe == "metrics" || observe == "both" {
+		m, err := metrics.New(prometheus.NewRegistry())
+		if err != nil {
+			return err
+		}
+		obs = append(obs, m)
+	}
+	if observe == "tracing" || observe == "both" {
+		tr := otel.New(sdktrace.WithBatcher(dropSpans{}))
+		defer func() { _ = tr.Shutdown(context.WithoutCancel(ctx)) }() // its exporter drops all: nothing to lose
+		obs, cfg.Tracer = append(obs, tr), tr
+	}
+	switch len(obs) {
+	case 0:
+	case 1:
+		cfg.Observer = obs[0]
+	default:
+		cfg.Observer = obs
+	}
+	e, err := reprise.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -138,6 +172,13 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 	cancel()
 	return errors.Join(err, <-done)
 }
+
+// dropSpans is a span exporter that drops what it gets: the bench
+// measures what tracing costs the engine, not an exporter's I/O.
+type dropSpans struct{}
+
+func (dropSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (dropSpans) Shutdown(context.Context) error                             { return nil }
 
 // benchSchema opens a store on PostgreSQL in a schema of its own, so that
 // a benchmark pointed at a database leaves no runs in it; drop closes the

@@ -266,9 +266,7 @@ func storedHTTPStep(st store.Store, caller *httpstep.Caller, name string) func(c
 		if err != nil {
 			return nil, fmt.Errorf("step %s version %d: %w", name, info.StepVersion, err)
 		}
-		return caller.Call(ctx, def.URL, &httpstep.Request{
-			RunID: info.RunID, Step: info.Step, Attempt: info.Attempt, IdempotencyKey: info.IdempotencyKey, Input: input,
-		})
+		return caller.Call(ctx, def.URL, httpstep.StepRequest(info, input))
 	}
 }
 

@@ -212,8 +212,20 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
-	e, err := reprise.New(reprise.Config{Store: st, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID,
-		Observer: observer})
+	cfg := reprise.Config{Store: st, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID, Observer: observer}
+	tracer, err := serverTracer(ctx)
+	if err != nil {
+		return err
+	}
+	if tracer != nil {
+		cfg.Observer, cfg.Tracer = observers{observer, tracer}, tracer
+		defer func() {
+			if err := shutdownTracer(ctx, tracer); err != nil {
+				logger.Warn("traces", "err", err)
+			}
+		}()
+	}
+	e, err := reprise.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,12 @@ type serverProc struct {
 // ends, and must exit cleanly.
 func spawnServer(t *testing.T, db string, args ...string) *serverProc {
 	t.Helper()
+	return spawnServerEnv(t, db, nil, args...)
+}
+
+// spawnServerEnv is spawnServer with more environment variables.
+func spawnServerEnv(t *testing.T, db string, env []string, args ...string) *serverProc {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and starts the reprise binary")
 	}
@@ -50,7 +56,7 @@ func spawnServer(t *testing.T, db string, args ...string) *serverProc {
 		t.Fatalf("build reprise: %v", err)
 	}
 	cmd := exec.Command(bin, append([]string{"server", "--addr", "127.0.0.1:0", "--db", db}, args...)...)
-	cmd.Env = append(os.Environ(), "REPRISE_TOKEN=", "REPRISE_TOKENS=")
+	cmd.Env = append(append(os.Environ(), "REPRISE_TOKEN=", "REPRISE_TOKENS="), env...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -108,6 +114,18 @@ func (p *serverProc) output() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.rest.String()
+}
+
+// stop stops the server with SIGINT and waits for its clean exit.
+func (p *serverProc) stop() {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		p.t.Fatal(err)
+	}
+	p.dead = true
+	if err := <-p.done; err != nil {
+		p.t.Fatalf("server exit: %v\n%s", err, p.output())
+	}
 }
 
 // kill kills the server with SIGKILL, as a crash would, and waits for it

@@ -1,0 +1,36 @@
+package otel_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"reprise"
+	"reprise/otel"
+)
+
+type dropSpans struct{}
+
+func (dropSpans) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (dropSpans) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkOneStepRun is what tracing adds to a one-step run: its trace
+// context made, its attempt's context, and the three spans (attempt, step,
+// run) batched to an exporter that drops them.
+func BenchmarkOneStepRun(b *testing.B) {
+	tr := otel.New(sdktrace.WithBatcher(dropSpans{}))
+	b.Cleanup(func() { _ = tr.Shutdown(context.WithoutCancel(b.Context())) })
+	ctx := b.Context()
+	b.ReportAllocs()
+	for b.Loop() {
+		a := reprise.AttemptInfo{RunID: "r19b2c3d4e5f-0123456789abcdef0123", Step: "noop", Attempt: 1, Worker: "host-1-abc",
+			Execution: 1, Position: 1, IdempotencyKey: "0123456789abcdef0123456789abcdef", Workflow: "one-step"}
+		a.TraceParent = tr.NewTraceParent(a.RunID)
+		tr.AttemptStarted(a)
+		_, _ = tr.AttemptContext(ctx, a)
+		tr.AttemptEnded(reprise.AttemptEnd{AttemptInfo: a, Outcome: reprise.OutcomeOK, Duration: time.Millisecond})
+		tr.RunEnded(reprise.RunEnd{RunID: a.RunID, Workflow: a.Workflow, Status: reprise.RunCompleted, TraceParent: a.TraceParent})
+	}
+}

@@ -1,0 +1,339 @@
+// Package otel traces what a reprise engine runs with OpenTelemetry: a span
+// per run, per step and per attempt, one trace per run whichever processes
+// execute it (docs/observability.md).
+package otel
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"reprise"
+)
+
+// The attributes of reprise's spans, beside OpenTelemetry's error.type
+// and, on an HTTP step's attempts, its HTTP client attributes.
+const (
+	AttrRunID          = attribute.Key("reprise.run.id")
+	AttrWorkflow       = attribute.Key("reprise.workflow")
+	AttrRunStatus      = attribute.Key("reprise.run.status")
+	AttrStep           = attribute.Key("reprise.step")
+	AttrExecution      = attribute.Key("reprise.step.execution") // after a continue-as-new: 2 on
+	AttrPosition       = attribute.Key("reprise.step.position")
+	AttrIdempotencyKey = attribute.Key("reprise.step.idempotency_key")
+	AttrStepStatus     = attribute.Key("reprise.step.status") // completed, failed, cancelled
+	AttrAttempts       = attribute.Key("reprise.step.attempts")
+	AttrAttempt        = attribute.Key("reprise.attempt")
+	AttrWorker         = attribute.Key("reprise.attempt.worker")
+	AttrOutcome        = attribute.Key("reprise.attempt.outcome") // reprise.AttemptOutcome
+	// AttrDecision is what the step's policy decided on a failed attempt:
+	// "retry" (after AttrRetryDelay seconds) or "stop" (for AttrStopReason).
+	AttrDecision   = attribute.Key("reprise.decision")
+	AttrRetryDelay = attribute.Key("reprise.retry.delay")
+	AttrStopReason = attribute.Key("reprise.stop.reason")
+)
+
+// A Tracer makes the spans of an engine's runs: set it as the engine's
+// Config.Tracer and as its Config.Observer (beside others, if need be).
+// Its spans go where the options given to New send them; nothing is
+// exported otherwise.
+//
+// Each span is emitted when what it covers ends, by the process that saw
+// it end, with the start time the engine reports: an attempt's span when
+// its outcome is recorded (by the engine that ran it, the one behind the
+// API that got a pull worker's result, or the one whose reaper found its
+// lease lapsed), a step's with its last attempt's, a run's when it ends.
+// Their ids are derived from the run's trace context, so the spans of one
+// run form one tree though different processes emit them (ids.go).
+type Tracer struct {
+	reprise.NopObserver
+
+	provider *sdktrace.TracerProvider
+	tracer   trace.Tracer
+	// notes holds, by attempt, the attempt spans their steps wrote to
+	// (an HTTP step's attributes), until the attempt ends. One whose end
+	// this process never hears of (its lease lost mid-step, the attempt
+	// reaped by another process) stays: a few attributes, rarely.
+	notes sync.Map
+	names spanNames
+}
+
+var (
+	_ reprise.Observer = (*Tracer)(nil)
+	_ reprise.Tracer   = (*Tracer)(nil)
+)
+
+// New returns a Tracer on a TracerProvider made with opts: the caller's
+// exporter (sdktrace.WithBatcher(exporter)), resource and sampler. The
+// provider gets an IDGenerator of reprise's (which gives reprise's spans
+// their derived ids and any other span a random one) in place of one in
+// opts. Call Shutdown when done to export what is left.
+func New(opts ...sdktrace.TracerProviderOption) *Tracer {
+	p := sdktrace.NewTracerProvider(append(slices.Clip(opts), sdktrace.WithIDGenerator(ids{}))...)
+	return &Tracer{provider: p, tracer: p.Tracer("reprise")}
+}
+
+// TracerProvider returns the provider of the Tracer's spans, for spans of
+// the caller's own in the same pipeline.
+func (t *Tracer) TracerProvider() trace.TracerProvider { return t.provider }
+
+// Shutdown exports the spans not exported yet and stops the provider.
+func (t *Tracer) Shutdown(ctx context.Context) error { return t.provider.Shutdown(ctx) }
+
+// NewTraceParent makes the trace context of a run started without one: a
+// new trace, whose root is the run's span.
+func (t *Tracer) NewTraceParent(runID string) string { return newTraceParent(runID) }
+
+// AttemptContext returns ctx with attempt a's span, for what its step
+// traces, and that span's traceparent.
+func (t *Tracer) AttemptContext(ctx context.Context, a reprise.AttemptInfo) (context.Context, string) {
+	sc := traceOf(a.RunID, a.TraceParent).attempt(a.Execution, a.Position, a.Attempt)
+	s := &attemptSpan{t: t, key: keyOf(a), sc: sc}
+	return trace.ContextWithSpan(ctx, s), traceParent(sc)
+}
+
+// AttemptTraceParent returns the traceparent of attempt a's span.
+func (t *Tracer) AttemptTraceParent(a reprise.AttemptInfo) string {
+	return traceParent(traceOf(a.RunID, a.TraceParent).attempt(a.Execution, a.Position, a.Attempt))
+}
+
+// AttemptEnded emits the attempt's span and, if the step ended with it,
+// the step's.
+func (t *Tracer) AttemptEnded(end reprise.AttemptEnd) {
+	var note *attemptSpan
+	if v, ok := t.notes.LoadAndDelete(keyOf(end.AttemptInfo)); ok {
+		note, _ = v.(*attemptSpan)
+	}
+	rt := traceOf(end.RunID, end.TraceParent)
+	if !rt.run.IsSampled() {
+		return
+	}
+	now := time.Now()
+	started := now.Add(-end.Duration)
+	t.emitAttempt(rt, &end, note, started, now)
+	if end.Outcome == reprise.OutcomeOK || end.Outcome == reprise.OutcomeCancelled || !end.Retry {
+		if !end.StepStarted.IsZero() && end.StepStarted.Before(started) {
+			started = end.StepStarted
+		}
+		t.emitStep(rt, &end, started, now)
+	}
+}
+
+// RunEnded emits the run's span.
+func (t *Tracer) RunEnded(end reprise.RunEnd) {
+	rt := traceOf(end.RunID, end.TraceParent)
+	if !rt.run.IsSampled() {
+		return
+	}
+	now := time.Now()
+	started := now
+	if !end.Created.IsZero() && end.Created.Before(now) {
+		started = end.Created
+	}
+	//nolint:forbidigo // an Observer's calls bring no context; the span's parent and ids are set on this one
+	ctx := context.Background()
+	if rt.parent.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, rt.parent)
+	}
+	_, span := t.tracer.Start(withIDs(ctx, rt.run), t.names.of("run ", end.Workflow), trace.WithTimestamp(started))
+	span.SetAttributes(AttrRunID.String(end.RunID), AttrWorkflow.String(end.Workflow), AttrRunStatus.String(string(end.Status)))
+	if end.Status == reprise.RunFailed {
+		span.SetStatus(codes.Error, "run failed")
+	}
+	span.End(trace.WithTimestamp(now))
+}
+
+// emitAttempt emits an attempt's span, child of its step's.
+func (t *Tracer) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attemptSpan, started, ended time.Time) {
+	buf := attrPool.Get().(*attrBuf)
+	defer attrPool.Put(buf)
+	attrs := append(stepAttrs(buf.kv[:0], end),
+		AttrAttempt.Int(end.Attempt), AttrOutcome.String(string(end.Outcome)))
+	if end.Worker != "" {
+		attrs = append(attrs, AttrWorker.String(end.Worker))
+	}
+	failed := end.Outcome != reprise.OutcomeOK && end.Outcome != reprise.OutcomeCancelled
+	switch {
+	case failed && end.Retry:
+		attrs = append(attrs, AttrDecision.String("retry"), AttrRetryDelay.Float64(end.Delay.Seconds()))
+	case failed:
+		attrs = append(attrs, AttrDecision.String("stop"), AttrStopReason.String(string(end.StopReason)))
+	}
+	if end.ErrorType != "" {
+		attrs = append(attrs, semconv.ErrorTypeKey.String(end.ErrorType))
+	}
+	name, kind := t.names.of("attempt ", end.Step), trace.SpanKindInternal
+	if note != nil {
+		note.mu.Lock()
+		attrs = append(attrs, note.attrs...)
+		if note.name != "" {
+			name = note.name
+		}
+		if note.client {
+			kind = trace.SpanKindClient
+		}
+		note.mu.Unlock()
+	}
+	t.emit(rt.step(end.Execution, end.Position), rt.attempt(end.Execution, end.Position, end.Attempt), name, kind,
+		attrs, failed, end.ErrorType, started, ended)
+	clear(attrs) // the pool keeps no strings alive
+}
+
+// emitStep emits a step's span, child of its run's.
+func (t *Tracer) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended time.Time) {
+	buf := attrPool.Get().(*attrBuf)
+	defer attrPool.Put(buf)
+	attrs := append(stepAttrs(buf.kv[:0], end), AttrAttempts.Int(end.Attempt))
+	failed := false
+	switch end.Outcome {
+	case reprise.OutcomeOK:
+		attrs = append(attrs, AttrStepStatus.String("completed"))
+	case reprise.OutcomeCancelled:
+		attrs = append(attrs, AttrStepStatus.String("cancelled"))
+	default:
+		failed = true
+		attrs = append(attrs, AttrStepStatus.String("failed"), AttrStopReason.String(string(end.StopReason)),
+			semconv.ErrorTypeKey.String(end.ErrorType))
+	}
+	t.emit(rt.run, rt.step(end.Execution, end.Position), t.names.of("step ", end.Step), trace.SpanKindInternal,
+		attrs, failed, end.ErrorType, started, ended)
+	clear(attrs)
+}
+
+// An attrBuf holds a span's attributes while it is made: the span copies
+// them.
+type attrBuf struct{ kv [16]attribute.KeyValue }
+
+var attrPool = sync.Pool{New: func() any { return new(attrBuf) }}
+
+// stepAttrs appends the attributes of a step's span and its attempts'.
+func stepAttrs(attrs []attribute.KeyValue, end *reprise.AttemptEnd) []attribute.KeyValue {
+	attrs = append(attrs, AttrRunID.String(end.RunID), AttrStep.String(end.Step), AttrPosition.Int(end.Position),
+		AttrIdempotencyKey.String(end.IdempotencyKey))
+	if end.Execution > 1 {
+		attrs = append(attrs, AttrExecution.Int(end.Execution))
+	}
+	if end.Workflow != "" {
+		attrs = append(attrs, AttrWorkflow.String(end.Workflow))
+	}
+	return attrs
+}
+
+// emit emits a span with the id of sc, child of parent.
+func (t *Tracer) emit(parent, sc trace.SpanContext, name string, kind trace.SpanKind, attrs []attribute.KeyValue,
+	failed bool, errType string, started, ended time.Time,
+) {
+	//nolint:forbidigo // an Observer's calls bring no context; the span's parent and ids are set on this one
+	ctx := withIDs(trace.ContextWithRemoteSpanContext(context.Background(), parent), sc)
+	var span trace.Span
+	if kind == trace.SpanKindClient {
+		_, span = t.tracer.Start(ctx, name, trace.WithTimestamp(started), clientKind)
+	} else {
+		_, span = t.tracer.Start(ctx, name, trace.WithTimestamp(started)) // internal, the default
+	}
+	span.SetAttributes(attrs...) // copied once, where the start's option would copy them twice
+	if failed {
+		span.SetStatus(codes.Error, errType)
+	}
+	span.End(trace.WithTimestamp(ended))
+}
+
+// clientKind is the option of an HTTP step's attempt span, made once.
+var clientKind = trace.WithSpanKind(trace.SpanKindClient)
+
+// spanNames keeps the names of spans ("attempt charge"), so that a span
+// does not make its name again: up to maxNames of them.
+type spanNames struct {
+	mu sync.RWMutex
+	m  map[[2]string]string
+}
+
+const maxNames = 1000
+
+func (n *spanNames) of(prefix, name string) string {
+	k := [2]string{prefix, name}
+	n.mu.RLock()
+	s, ok := n.m[k]
+	n.mu.RUnlock()
+	if ok {
+		return s
+	}
+	s = prefix + name
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.m == nil {
+		n.m = make(map[[2]string]string)
+	}
+	if len(n.m) < maxNames {
+		n.m[k] = s
+	}
+	return s
+}
+
+// An attemptKey names an attempt.
+type attemptKey struct {
+	runID                        string
+	execution, position, attempt int
+}
+
+func keyOf(a reprise.AttemptInfo) attemptKey {
+	return attemptKey{a.RunID, a.Execution, a.Position, a.Attempt}
+}
+
+// An attemptSpan is an attempt's span as its step sees it (in its
+// context) while it runs: the span is emitted when the attempt ends, with
+// what the step wrote to it (attributes and a name). Setting
+// http.request.method makes it an HTTP client span, as an HTTP step's is.
+type attemptSpan struct {
+	noop.Span
+
+	t   *Tracer
+	key attemptKey
+	sc  trace.SpanContext
+
+	mu     sync.Mutex
+	noted  bool
+	name   string
+	client bool
+	attrs  []attribute.KeyValue
+}
+
+func (s *attemptSpan) SpanContext() trace.SpanContext { return s.sc }
+
+func (s *attemptSpan) IsRecording() bool { return s.sc.IsSampled() }
+
+func (s *attemptSpan) TracerProvider() trace.TracerProvider { return s.t.provider }
+
+func (s *attemptSpan) SetAttributes(kv ...attribute.KeyValue) {
+	s.note(func() {
+		s.attrs = append(s.attrs, kv...)
+		for _, a := range kv {
+			if a.Key == semconv.HTTPRequestMethodKey {
+				s.client = true
+			}
+		}
+	})
+}
+
+func (s *attemptSpan) SetName(name string) { s.note(func() { s.name = name }) }
+
+// note records what the step wrote, and keeps the span for the attempt's
+// end.
+func (s *attemptSpan) note(f func()) {
+	s.mu.Lock()
+	f()
+	first := !s.noted
+	s.noted = true
+	s.mu.Unlock()
+	if first {
+		s.t.notes.Store(s.key, s)
+	}
+}
