@@ -1,4 +1,4 @@
--- reprise schema, version 10: a run's trace context.
+-- reprise schema, version 11: a run's trace context.
 --
 -- A run keeps the W3C traceparent it was started under (or one made for
 -- it), so that whichever process executes it, after a crash or on another

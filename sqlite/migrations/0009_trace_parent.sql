@@ -1,4 +1,4 @@
--- reprise schema, version 8: a run's trace context.
+-- reprise schema, version 9: a run's trace context.
 --
 -- A run keeps the W3C traceparent it was started under (or one made for
 -- it), so that whichever process executes it, after a crash or on another
