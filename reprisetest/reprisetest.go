@@ -49,6 +49,7 @@ func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
+	t.Cleanup(func() { st.Close() })
 	return newEnv(t, cfg, defs, c, st)
 }
 
@@ -57,26 +58,26 @@ func New(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 func NewMemory(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
 	c := clock.NewFake(Start)
-	return newEnv(t, cfg, defs, c, memory.New(memory.Options{Now: c.Now}))
+	st := memory.New(memory.Options{Now: c.Now})
+	t.Cleanup(func() { st.Close() })
+	return newEnv(t, cfg, defs, c, st)
 }
 
 // NewOn is New on a store the caller opened on c's clock (PostgreSQL, say:
-// postgres.Options.Now = c.Now), which it closes when the test ends.
+// postgres.Options.Now = c.Now), and closes when the test ends, after the
+// engine stops (register the close with t.Cleanup before calling NewOn).
 func NewOn(t testing.TB, st store.Store, c *clock.Fake, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
 	return newEnv(t, cfg, defs, c, st)
 }
 
-// newEnv starts an engine on st, whose clock is c, and stops it, and
-// closes st, when the test ends.
+// newEnv starts an engine on st, whose clock is c, and stops it when the
+// test ends (before cleanups registered earlier, such as st's close).
 func newEnv(t testing.TB, cfg *reprise.Config, defs []reprise.Definition, c *clock.Fake, st store.Store) *Env {
 	t.Helper()
 	env := &Env{Clock: c, Store: st, t: t}
 	env.start(cfg, defs)
-	t.Cleanup(func() {
-		env.Stop()
-		st.Close()
-	})
+	t.Cleanup(env.Stop)
 	return env
 }
 

@@ -31,3 +31,19 @@ func TestSynchronousDefault(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseTwice: a second Close returns what the first did, and panics
+// not, as a store closed by a helper and again by its caller would.
+func TestCloseTwice(t *testing.T) {
+	t.Parallel()
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), nil)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close again: %v", err)
+	}
+}

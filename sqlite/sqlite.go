@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"reprise/store"
@@ -68,6 +69,9 @@ type Store struct {
 	readers *pool         // nil for ":memory:": reads then go through commit
 	ckpt    *checkpointer // nil for ":memory:"
 	lock    *fileLock     // nil unless Options.Exclusive
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Open opens the database at path, creating it if needed, and migrates it
@@ -167,8 +171,14 @@ func (s *Store) open(ctx context.Context, o Options) error {
 }
 
 // Close waits for the writes under way, then closes the database. Calls
-// after Close fail; reads must not be under way.
+// after Close fail, but Close itself, which returns what the first
+// returned; reads must not be under way.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
 	s.forget("") // its engines die with it
 	var errs []error
 	if s.ckpt != nil {
