@@ -113,7 +113,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 // the rows of single events that version 1 wrote.
 func TestMigrateFromVersion1(t *testing.T) {
 	t.Parallel()
-	const version = 7
+	const version = 8
 	if v := sqlite.SchemaVersion(); v != version {
 		t.Fatalf("SchemaVersion = %d, want %d", v, version)
 	}

@@ -17,12 +17,16 @@ func AttemptLease(ttl, timeout time.Duration) time.Duration {
 
 // Start starts t's next attempt, leased to owner at now for ttl
 // (AttemptLease), as TaskClaim does: Attempt and Token go up by one,
-// StartedAt is now, and FirstStartedAt too for the step's first attempt.
+// StartedAt is now, and FirstStartedAt too for the step's first attempt,
+// and ReadyAt too when the caller did not read it.
 func (t *Task) Start(owner string, ttl time.Duration, now Now) {
 	t.Attempt++
 	t.Token++
 	t.Owner = owner
 	t.StartedAt = now.At
+	if t.ReadyAt.IsZero() {
+		t.ReadyAt = now.At
+	}
 	if t.FirstStartedAt.IsZero() {
 		t.FirstStartedAt = now.At
 	}
