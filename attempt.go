@@ -210,7 +210,9 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 	}
 	start := e.clock.Now()
 	if e.cfg.Observer != nil {
-		e.cfg.Observer.AttemptStarted(attemptInfo(t))
+		info := attemptInfo(t)
+		info.Started = start
+		e.cfg.Observer.AttemptStarted(info)
 	}
 	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey,
 		StepVersion: t.StepVersion}

@@ -87,6 +87,12 @@ type AttemptInfo struct {
 	// Worker is the lease's owner: an engine's WorkerID or a pull
 	// worker's name, when known.
 	Worker string
+	// Due is when the attempt was planned to start: when its step was
+	// scheduled or redriven, or when its retry came due. Started is when
+	// it started: the store's claim, or this engine's start of the step's
+	// code. AttemptStarted reports both; they are zero elsewhere when
+	// not known.
+	Due, Started time.Time
 }
 
 // AttemptOutcome is how an attempt ended, as AttemptEnd reports it.
@@ -148,7 +154,16 @@ func outcomeOf(err error, errType string) AttemptOutcome {
 
 // attemptInfo names attempt t.
 func attemptInfo(t *store.Task) AttemptInfo {
-	return AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner}
+	return AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner, Due: t.ReadyAt,
+		Started: t.StartedAt}
+}
+
+// ResidentRuns returns how many runs this engine holds in memory: the
+// runs whose workflow code it executes, parked or at work.
+func (e *Engine) ResidentRuns() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.replayers)
 }
 
 // attemptEnd is attempt t ended with outcome, as long as it ran since it

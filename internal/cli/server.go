@@ -219,6 +219,10 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		return err
 	}
 	demoSteps := []string{reserveStep.Name(), chargeStep.Name(), shipStep.Name(), refundStep.Name(), releaseStep.Name()}
+	gauges, err := metrics.NewGauges(reg, metrics.GaugesConfig{Store: st, Engine: e, Steps: demoSteps})
+	if err != nil {
+		return err
+	}
 	h, err := httpapi.NewHandler(e, st, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
 		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts, Metrics: reg})
 	if err != nil {
@@ -252,6 +256,8 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	defer stopEngine()
 	engineDone := make(chan error, 1)
 	go func() { engineDone <- e.Run(engineCtx) }()
+	gaugesDone := make(chan error, 1)
+	go func() { gaugesDone <- gauges.Run(engineCtx) }()
 	served := make(chan error, 1) // none once the server is closed
 	go func() {
 		err := srv.Serve(ln)
@@ -285,7 +291,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if !engineStopped {
 		engineErr = <-engineDone
 	}
-	return errors.Join(err, engineErr)
+	return errors.Join(err, engineErr, <-gaugesDone)
 }
 
 // withWebUI serves the web page at / and the API at its paths (/v1/,
