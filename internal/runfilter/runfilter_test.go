@@ -33,6 +33,9 @@ func TestRead(t *testing.T) {
 		{query: "error_type=" + strings.Repeat("x", 201), param: "error_type", says: "201 characters long"},
 		{query: "since=yesterday", param: "since", says: `since "yesterday" is neither a duration`},
 		{query: "until=-5m", param: "until", says: `until "-5m" is neither`},
+		{query: "since=0s", param: "since", says: "neither"},
+		{query: "since=0d", param: "since", says: "neither"},
+		{query: "since=1w", param: "since", says: "neither"},
 		{query: "since=1h&until=2h", param: "until", says: "is not after since"},
 	} {
 		values, err := url.ParseQuery(c.query)
