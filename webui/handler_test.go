@@ -2,10 +2,13 @@ package webui_test
 
 import (
 	"bufio"
+	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -372,6 +375,52 @@ func TestRunPageRetrying(t *testing.T) {
 		"<td>2</td>\n              <td>retry after 2h0m0s</td>", "stop: exhausted, no attempts left",
 		`data-final="false"`, "Cancel run…",
 	)
+}
+
+// countingEngine counts the histories the page reads, by run.
+type countingEngine struct {
+	webui.Engine
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (e *countingEngine) History(ctx context.Context, id string) ([]reprise.Event, error) {
+	e.mu.Lock()
+	e.reads[id]++
+	e.mu.Unlock()
+	return e.Engine.History(ctx, id)
+}
+
+// The list reads the history of the retrying runs it shows, and of no
+// other run, finished or running.
+func TestListReadsHistoriesOfRetryingRunsOnly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	f.start(t, "slow", "slow-1")
+	f.waitRetrying(t, "slow-1")
+	f.start(t, "flaky", "flaky-1")
+	f.waitFor(t, "flaky-1", "RunCompleted", has(store.EventRunCompleted))
+	f.start(t, "waiter", "waiter-1")
+	f.start(t, "waiter", "waiter-2")
+	e := &countingEngine{Engine: f.e, reads: map[string]int{}}
+	ui, err := webui.New(webui.Config{Engine: e, Store: f.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(ui)
+	defer hs.Close()
+	c := f.client(t)
+	c.base = hs.URL
+	for _, path := range []string{"/", "/?status=running", "/?status=retrying"} {
+		if a := c.get(path); a.status != 200 || !strings.Contains(a.body, "attempt 2 of slow.call") {
+			t.Errorf("GET %s: %d, the retrying run does not say what it waits for:\n%s", path, a.status, a.body)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if want := map[string]int{"slow-1": 3}; !maps.Equal(e.reads, want) {
+		t.Errorf("histories read for three lists: %v, want %v", e.reads, want)
+	}
 }
 
 // A run whose step no worker claims says so on its page and in the list.
