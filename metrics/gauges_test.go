@@ -184,3 +184,41 @@ func requireGathered(t *testing.T, reg prometheus.Gatherer, want map[string]floa
 		}
 	}
 }
+
+// fixedStats is a store whose counts are stats.
+type fixedStats struct{ stats store.Stats }
+
+func (s *fixedStats) StatsGet(context.Context) (*store.Stats, error) { return &s.stats, nil }
+
+// TestGaugesFoldStepsPastTheirLimit: past MaxSteps step names, the ready
+// tasks of the others are counted under _other, and a step no longer
+// ready is reported at zero rather than dropped.
+func TestGaugesFoldStepsPastTheirLimit(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewPedanticRegistry()
+	st := &fixedStats{stats: store.Stats{Ready: map[string]int{}}}
+	for i := range metrics.MaxSteps + 5 {
+		st.stats.Ready[fmt.Sprintf("step%03d", i)] = 1
+	}
+	gauges, err := metrics.NewGauges(reg, metrics.GaugesConfig{Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := gauges.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	requireGathered(t, reg, map[string]float64{
+		`reprise_tasks_ready{step="step000"}`:               1,
+		`reprise_tasks_ready{step="step199"}`:               1,
+		`reprise_tasks_ready{step="` + metrics.Other + `"}`: 5,
+	})
+	st.stats.Ready = map[string]int{"step001": 3}
+	if err := gauges.Refresh(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	requireGathered(t, reg, map[string]float64{
+		`reprise_tasks_ready{step="step000"}`:               0,
+		`reprise_tasks_ready{step="step001"}`:               3,
+		`reprise_tasks_ready{step="` + metrics.Other + `"}`: 0,
+	})
+}
