@@ -214,6 +214,7 @@ func (e *Engine) runAttempt(a *attempt, s *stepEntry, memo *inputMemo) (next *st
 		ai = e.attemptInfo(t)
 	}
 	if e.cfg.Observer != nil {
+		ai.Started = start
 		e.cfg.Observer.AttemptStarted(ai)
 	}
 	info := &StepInfo{RunID: t.RunID, Step: t.Step, Position: t.Position, Attempt: t.Attempt, IdempotencyKey: t.IdempotencyKey,

@@ -95,6 +95,12 @@ type AttemptInfo struct {
 	// Workflow its workflow, filled only for an engine with a
 	// Config.Tracer.
 	TraceParent, Workflow string
+	// Due is when the attempt was planned to start: when its step was
+	// scheduled or redriven, or when its retry came due. Started is when
+	// it started: the store's claim, or this engine's start of the step's
+	// code. AttemptStarted reports both; they are zero elsewhere when
+	// not known.
+	Due, Started time.Time
 }
 
 // AttemptOutcome is how an attempt ended, as AttemptEnd reports it.
@@ -163,11 +169,20 @@ func outcomeOf(err error, errType string) AttemptOutcome {
 // attemptInfo names attempt t, with its run's trace context for a Tracer.
 func (e *Engine) attemptInfo(t *store.Task) AttemptInfo {
 	a := AttemptInfo{RunID: t.RunID, Step: t.Step, Attempt: t.Attempt, Worker: t.Owner,
-		Execution: t.Execution, Position: t.Position, IdempotencyKey: t.IdempotencyKey}
+		Execution: t.Execution, Position: t.Position, IdempotencyKey: t.IdempotencyKey,
+		Due: t.ReadyAt, Started: t.StartedAt}
 	if e.cfg.Tracer != nil {
 		a.TraceParent, a.Workflow = e.runTrace(t.RunID)
 	}
 	return a
+}
+
+// ResidentRuns returns how many runs this engine holds in memory: the
+// runs whose workflow code it executes, parked or at work.
+func (e *Engine) ResidentRuns() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return len(e.replayers)
 }
 
 // attemptEnd is attempt t ended with outcome, as long as it ran since it

@@ -145,8 +145,19 @@ func (c *Client) ListRunsPage(ctx context.Context, p *store.RunListParams) (runs
 		if p.Status != "" {
 			q.Set("status", string(p.Status))
 		}
-		if p.Workflow != "" {
-			q.Set("workflow", p.Workflow)
+		if p.Retrying {
+			q.Set("status", "retrying")
+		}
+		for name, v := range map[string]string{"workflow": p.Workflow, "step": p.Step, "error_type": p.ErrorType} {
+			if v != "" {
+				q.Set(name, v)
+			}
+		}
+		if !p.CreatedSince.IsZero() {
+			q.Set("since", p.CreatedSince.Format(time.RFC3339Nano))
+		}
+		if !p.CreatedUntil.IsZero() {
+			q.Set("until", p.CreatedUntil.Format(time.RFC3339Nano))
 		}
 		if p.Before != "" {
 			q.Set("cursor", p.Before)

@@ -25,6 +25,7 @@ import (
 	"reprise"
 	"reprise/flow"
 	"reprise/httpstep"
+	"reprise/internal/runfilter"
 	"reprise/internal/runid"
 	"reprise/store"
 )
@@ -250,7 +251,7 @@ func childRoutes(routes map[string]http.Handler) http.Handler {
 // queryParams names the query parameters each endpoint takes, by method
 // and path pattern. An endpoint not named takes none.
 var queryParams = map[string][]string{
-	"GET /v1/runs":              {"status", "workflow", "limit", "cursor"},
+	"GET /v1/runs":              append(slices.Clone(runfilter.Params), "limit", "cursor"),
 	"GET /v1/runs/{id}":         {"wait", "after"},
 	"GET /v1/runs/{id}/history": {"wait", "after"},
 	"GET /v1/steps/{name}":      {"version"},

@@ -13,6 +13,7 @@ import (
 
 	"reprise"
 	"reprise/flow"
+	"reprise/internal/runfilter"
 	"reprise/internal/runid"
 	"reprise/store"
 )
@@ -182,13 +183,13 @@ const (
 
 func (a *api) listRuns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	p := &store.RunListParams{Workflow: q.Get("workflow"), Status: store.RunStatus(q.Get("status")), Limit: defaultListLimit}
-	switch p.Status {
-	case "", store.RunPending, store.RunRunning, store.RunCompleted, store.RunFailed, store.RunCancelled:
-	default:
-		writeProblem(w, invalid("status", "status %q is not one of pending, running, completed, failed, cancelled", p.Status))
+	p := &store.RunListParams{Limit: defaultListLimit}
+	f, err := runfilter.Read(q, time.Now())
+	if fe := (*runfilter.Error)(nil); errors.As(err, &fe) {
+		writeProblem(w, invalid(fe.Param, "%s", fe.Reason))
 		return
 	}
+	f.Apply(p)
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > maxListLimit {

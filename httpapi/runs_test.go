@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/retry"
 	"reprise/store"
 )
 
@@ -155,6 +156,64 @@ func TestListRuns(t *testing.T) {
 	s.wantProblem(t, "GET", "/v1/runs?limit=0", "", 400, "limit")
 	s.wantProblem(t, "GET", "/v1/runs?limit=x", "", 400, "limit")
 	s.wantProblem(t, "GET", "/v1/runs?cursor=a%20b", "", 400, "cursor")
+}
+
+// TestListRunsByFailingStep lists a run held in a long backoff by the
+// filters of its failing step, and refuses bad filters.
+func TestListRunsByFailingStep(t *testing.T) {
+	t.Parallel()
+	unavailable := reprise.NewStep("flaky.call", func(context.Context, int) (int, error) {
+		return 0, retry.NewError("HTTP503", "service unavailable")
+	}, reprise.WithPolicyText("[retry: 3, backoff: 1h]"))
+	wf := reprise.NewWorkflow("calls", func(ctx context.Context, n int) (int, error) {
+		return reprise.Step(ctx, unavailable, n)
+	})
+	s := newTestServer(t, Options{}, echo, wf, unavailable)
+	if _, _, err := s.c.StartRun(t.Context(), "calls", json.RawMessage(`1`), "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.c.StartRun(t.Context(), "echo", nil, "e1"); err != nil {
+		t.Fatal(err)
+	}
+	s.waitRun(t, "e1")
+	list := func(p store.RunListParams) []string {
+		t.Helper()
+		runs, err := s.c.ListRuns(t.Context(), &p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		for _, r := range runs {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	// The first attempt fails at once; its retry is an hour away.
+	for deadline := time.Now().Add(10 * time.Second); !slices.Equal(list(store.RunListParams{Retrying: true}), []string{"c1"}); {
+		if time.Now().After(deadline) {
+			t.Fatal("run c1 is not listed as retrying")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	hourAgo := time.Now().Add(-time.Hour)
+	for _, c := range []struct {
+		p    store.RunListParams
+		want []string
+	}{
+		{store.RunListParams{Step: "flaky.call"}, []string{"c1"}},
+		{store.RunListParams{ErrorType: "HTTP503", Retrying: true}, []string{"c1"}},
+		{store.RunListParams{ErrorType: "HTTP500"}, nil},
+		{store.RunListParams{CreatedSince: hourAgo}, []string{"e1", "c1"}},
+		{store.RunListParams{CreatedUntil: hourAgo}, nil},
+	} {
+		if got := list(c.p); !slices.Equal(got, c.want) {
+			t.Errorf("ListRuns(%+v) = %v, want %v", c.p, got, c.want)
+		}
+	}
+	s.wantProblem(t, "GET", "/v1/runs?since=yesterday", "", 400, "since")
+	s.wantProblem(t, "GET", "/v1/runs?step=a&step=b", "", 400, "step")
+	s.wantProblem(t, "GET", "/v1/runs?since=1h&until=2h", "", 400, "until")
+	s.wantProblem(t, "GET", "/v1/runs?error_type="+strings.Repeat("x", 201), "", 400, "error_type")
 }
 
 // gate is a step that waits until released.

@@ -215,7 +215,7 @@ func TestStrictInputMessages(t *testing.T) {
 		{"POST", "/v1/tasks/1/heartbeat", `{"token":1e400}`, "token", "token 1e400 is not an integer"},
 		{"POST", "/v1/tasks/1/heartbeat", `{"token":99999999999999999999}`, "token", "token 99999999999999999999 is out of range"},
 		{"POST", "/v1/runs", `{"workflow":"echo","input":"a\u0000"}`, "input", `input holds a NUL character (\u0000), which no string may`},
-		{"GET", "/v1/runs?stauts=failed", "", "stauts", `unknown query parameter "stauts"; this endpoint takes status, workflow, limit, cursor`},
+		{"GET", "/v1/runs?stauts=failed", "", "stauts", `unknown query parameter "stauts"; this endpoint takes status, workflow, step, error_type, since, until, limit, cursor`},
 		{"GET", "/v1/steps?x=1", "", "x", `unknown query parameter "x"; this endpoint takes none`},
 	} {
 		p := s.wantProblem(t, c.method, c.path, c.body, 400, c.field)

@@ -136,10 +136,27 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.R
 			return nil, nil
 		}
 	}
+	var failing map[string]bool // the runs of the failing steps p selects, when it selects by them
+	if p.Retrying || p.Step != "" || p.ErrorType != "" {
+		failing = make(map[string]bool)
+		for _, t := range s.tasks {
+			if t.matches(p) && (!p.Retrying || t.LeaseUntil.IsZero()) {
+				failing[t.RunID] = true
+			}
+		}
+		for _, t := range s.failed {
+			if !p.Retrying && t.matches(p) {
+				failing[t.RunID] = true
+			}
+		}
+	}
 	var runs []*run
 	for _, r := range s.runs {
 		if (p.Status == "" || r.Status == p.Status) && (p.Workflow == "" || r.Workflow == p.Workflow) &&
-			(cursor == nil || byCreated(r, cursor) < 0) {
+			(cursor == nil || byCreated(r, cursor) < 0) &&
+			(p.CreatedSince.IsZero() || !r.CreatedAt.Before(p.CreatedSince)) &&
+			(p.CreatedUntil.IsZero() || r.CreatedAt.Before(p.CreatedUntil)) &&
+			(!p.Retrying || r.Status == store.RunRunning) && (failing == nil || failing[r.ID]) {
 			runs = append(runs, r)
 		}
 	}
@@ -150,6 +167,27 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.R
 		out[i] = r.out()
 	}
 	return out, nil
+}
+
+// StatsGet counts the retrying runs and the ready tasks by step.
+func (s *Store) StatsGet(ctx context.Context) (*store.Stats, error) {
+	now, err := s.begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("get stats: %w", err)
+	}
+	defer s.mu.Unlock()
+	stats := &store.Stats{Ready: map[string]int{}}
+	retrying := map[string]bool{}
+	for _, t := range s.tasks {
+		if t.failing && t.LeaseUntil.IsZero() {
+			retrying[t.RunID] = true
+		}
+		if t.ready(now) {
+			stats.Ready[t.Step]++
+		}
+	}
+	stats.Retrying = len(retrying)
+	return stats, nil
 }
 
 // RunClaim leases up to p.Limit active runs whose lease is free or has

@@ -18,6 +18,16 @@ type task struct {
 	// ready; StartedAt stays the last attempt's.
 	store.Task
 	readyAt time.Time
+	// failing says that an attempt of the step failed, of errorType: the
+	// last one, or the one that failed the step for good.
+	failing   bool
+	errorType string
+}
+
+// matches reports whether the task is a failing step that p's Step and
+// ErrorType select.
+func (t *task) matches(p *store.RunListParams) bool {
+	return t.failing && (p.Step == "" || t.Step == p.Step) && (p.ErrorType == "" || t.errorType == p.ErrorType)
 }
 
 // at is where the task is in its run.
@@ -114,6 +124,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 	picked = picked[:min(len(picked), total)]
 	tasks := make([]*store.Task, len(picked))
 	for i, t := range picked {
+		t.ReadyAt = t.readyAt
 		t.Start(p.Owner, p.LeaseTTL, store.Now{At: now})
 		s.runs[t.RunID].appendEvents(now, t.AttemptStarted())
 		if p.Keep {
@@ -208,6 +219,7 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 		return nil, fmt.Errorf("fail task %d: %w", p.TaskID, err)
 	}
 	events := p.Failed(nil, &t.Task, store.Now{At: now})
+	t.failing, t.errorType = true, p.Error.Type
 	switch {
 	case !p.Retry: // the step is kept as it failed, for a redrive
 		delete(s.tasks, t.ID)

@@ -1,5 +1,6 @@
 // Package metrics counts what a reprise engine decides, as Prometheus
-// metrics: a Collector is a reprise.Observer.
+// metrics: a Collector is a reprise.Observer, and Gauges read what waits
+// in the store and in the engine's memory.
 package metrics
 
 import (
@@ -31,6 +32,8 @@ type Collector struct {
 	stepsFailed  *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	delay        *prometheus.HistogramVec
+	lateness     *prometheus.HistogramVec
+	toStart      *prometheus.HistogramVec
 	runsFinished *prometheus.CounterVec
 	lapsed       prometheus.Counter
 	stale        prometheus.Counter
@@ -65,6 +68,16 @@ func New(reg prometheus.Registerer) (*Collector, error) {
 			Help:    "The delays of the retries scheduled, by step.",
 			Buckets: []float64{0, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600},
 		}, []string{"step"}),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "reprise_retry_lateness_seconds",
+			Help:    "How long after its planned time a retry started, by step.",
+			Buckets: waitBuckets,
+		}, []string{"step"}),
+		toStart: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "reprise_schedule_to_start_seconds",
+			Help:    "How long attempts waited to start from when they were due (step scheduled, retry due), by step.",
+			Buckets: waitBuckets,
+		}, []string{"step"}),
 		runsFinished: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "reprise_runs_finished_total",
 			Help: "Runs that ended, by workflow and status (completed, failed, cancelled).",
@@ -81,13 +94,31 @@ func New(reg prometheus.Registerer) (*Collector, error) {
 		workflows:  newCapped(MaxWorkflows),
 		errorTypes: newCapped(MaxErrorTypes),
 	}
-	for _, m := range []prometheus.Collector{c.attempts, c.retries, c.stepsFailed, c.duration, c.delay, c.runsFinished,
-		c.lapsed, c.stale} {
+	for _, m := range []prometheus.Collector{c.attempts, c.retries, c.stepsFailed, c.duration, c.delay, c.lateness,
+		c.toStart, c.runsFinished, c.lapsed, c.stale} {
 		if err := reg.Register(m); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// waitBuckets are the buckets of the waits before an attempt starts: a
+// few milliseconds when workers keep up, minutes when a backlog builds.
+var waitBuckets = []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 900, 3600}
+
+// AttemptStarted observes how long the attempt waited to start from when
+// it was due, and, for a retry, how late it started.
+func (c *Collector) AttemptStarted(a reprise.AttemptInfo) {
+	if a.Due.IsZero() || a.Started.IsZero() {
+		return
+	}
+	step := c.steps.value(a.Step)
+	wait := max(a.Started.Sub(a.Due), 0).Seconds()
+	c.toStart.WithLabelValues(step).Observe(wait)
+	if a.Attempt > 1 {
+		c.lateness.WithLabelValues(step).Observe(wait)
+	}
 }
 
 // AttemptEnded counts the attempt, its duration and the decision on it.

@@ -18,20 +18,32 @@ import (
 	"reprise/store"
 )
 
-func TestCollectorCountsARunWithAFlakyStep(t *testing.T) {
-	t.Parallel()
+// newCollector returns a Collector on a registry of its own.
+func newCollector(t *testing.T) (*prometheus.Registry, *metrics.Collector) {
+	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	c, err := metrics.New(reg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	flaky := reprise.NewStep("flaky", func(ctx context.Context, _ int) (int, error) {
-		info, _ := reprise.StepInfoFrom(ctx)
-		if info.Attempt < 3 {
+	return reg, c
+}
+
+// flakyStep returns step flaky, which fails with Busy until its attempt
+// ok, under policy.
+func flakyStep(ok int, policy string) *reprise.StepDef[int, int] {
+	return reprise.NewStep("flaky", func(ctx context.Context, _ int) (int, error) {
+		if info, _ := reprise.StepInfoFrom(ctx); info.Attempt < ok {
 			return 0, retry.NewError("Busy", "try later")
 		}
 		return 1, nil
-	}, reprise.WithPolicyText("[retry: 5, backoff: 1s]"))
+	}, reprise.WithPolicyText(policy))
+}
+
+func TestCollectorCountsARunWithAFlakyStep(t *testing.T) {
+	t.Parallel()
+	reg, c := newCollector(t)
+	flaky := flakyStep(3, "[retry: 5, backoff: 1s]")
 	doomed := reprise.NewStep("doomed", func(ctx context.Context, _ int) (int, error) {
 		return 0, reprise.Permanent(retry.NewError("BadInput", "no"))
 	})

@@ -243,6 +243,36 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.R
 	if p.Before != "" {
 		filter("(created_at, id) < (SELECT created_at, id FROM reprise_run WHERE id = $%d)", p.Before)
 	}
+	if !p.CreatedSince.IsZero() {
+		filter("created_at >= $%d", p.CreatedSince)
+	}
+	if !p.CreatedUntil.IsZero() {
+		filter("created_at < $%d", p.CreatedUntil)
+	}
+	if p.Retrying {
+		where = append(where, "status = 'running'")
+	}
+	if p.Retrying || p.Step != "" || p.ErrorType != "" {
+		// The runs with a failing step: the tasks with a failed attempt
+		// (the small partial index reprise_task_failing) and, unless only
+		// waiting ones count, the failed steps.
+		var cond string
+		if p.Step != "" {
+			args = append(args, p.Step)
+			cond += fmt.Sprintf(" AND step = $%d", len(args))
+		}
+		if p.ErrorType != "" {
+			args = append(args, p.ErrorType)
+			cond += fmt.Sprintf(" AND error_type = $%d", len(args))
+		}
+		failing := "SELECT run_id FROM reprise_task WHERE error_type IS NOT NULL" + cond
+		if p.Retrying {
+			failing += " AND owner = ''"
+		} else {
+			failing += " UNION ALL SELECT run_id FROM reprise_step_failed WHERE true" + cond
+		}
+		where = append(where, "id IN ("+failing+")")
+	}
 	rows, err := s.pool.Query(ctx, `
 		SELECT `+runColumns+` FROM reprise_run
 		WHERE `+strings.Join(where, " AND ")+`
@@ -257,6 +287,33 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.R
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	return runs, nil
+}
+
+// StatsGet counts the retrying runs and the ready tasks by step.
+func (s *Store) StatsGet(ctx context.Context) (*store.Stats, error) {
+	stats := &store.Stats{Ready: map[string]int{}}
+	err := s.pool.QueryRow(ctx, `
+		SELECT count(DISTINCT run_id) FROM reprise_task WHERE error_type IS NOT NULL AND owner = ''`).
+		Scan(&stats.Retrying)
+	if err != nil {
+		return nil, fmt.Errorf("get stats: %w", err)
+	}
+	rows, err := s.pool.Query(ctx, `
+		SELECT step, count(*) FROM reprise_task
+		WHERE owner = '' AND ready_at <= coalesce($1::timestamptz, statement_timestamp())
+		GROUP BY step`, s.clock())
+	if err == nil {
+		var step string
+		var n int
+		_, err = pgx.ForEachRow(rows, []any{&step, &n}, func() error {
+			stats.Ready[step] = n
+			return nil
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get stats: %w", err)
+	}
+	return stats, nil
 }
 
 // RunClaim leases up to p.Limit active runs that nobody holds or whose lease

@@ -123,6 +123,7 @@ func (s *Store) TaskClaim(ctx context.Context, p *store.TaskClaimParams) ([]*sto
 				h.id = t.RunID
 				heads[t.RunID] = &h
 			}
+			t.ReadyAt = c.ready.UTC()
 			c.task = t
 			return c, nil
 		})
@@ -412,40 +413,45 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 			}
 			a.queueWith(tx, []*runHead{t.run}, advanceHeads+`
 				UPDATE reprise_task t SET attempt = n.attempt, token = n.token, owner = n.owner,
-					started_at = n.started_at, lease_until = n.lease_until, lapses = n.lapses
+					started_at = n.started_at, lease_until = n.lease_until, lapses = n.lapses, error_type = n.error_type
 				FROM unnest($10::bigint[], $11::int[], $12::bigint[], $13::text[], $14::timestamptz[],
-					$15::timestamptz[], $16::int[]) AS n(id, attempt, token, owner, started_at, lease_until, lapses)
+					$15::timestamptz[], $16::int[], $17::text[])
+					AS n(id, attempt, token, owner, started_at, lease_until, lapses, error_type)
 				WHERE t.id = n.id`,
 				append(headsArgs(t.run), []int64{t.ID}, []int32{int32(next.Attempt)}, []int64{next.Token},
 					[]string{next.Owner}, []time.Time{next.StartedAt}, []time.Time{next.LeaseUntil},
-					[]int32{int32(next.Lapses)})...)
+					[]int32{int32(next.Lapses)}, []string{p.Error.Type})...)
 			return nil
 		case p.Retry:
 			a.queueWith(tx, []*runHead{t.run}, advanceHeads+`
 				UPDATE reprise_task t SET owner = '', lease_until = NULL, ready_at = r.ready_at, attempt = r.attempt,
-					lapses = r.lapses
-				FROM unnest($10::bigint[], $11::timestamptz[], $12::int[], $13::int[]) AS r(id, ready_at, lapses, attempt)
+					lapses = r.lapses, error_type = r.error_type
+				FROM unnest($10::bigint[], $11::timestamptz[], $12::int[], $13::int[], $14::text[])
+					AS r(id, ready_at, lapses, attempt, error_type)
 				WHERE t.id = r.id`,
 				append(headsArgs(t.run), []int64{t.ID}, []time.Time{events[0].RetryAt},
-					[]int32{int32(p.Lapses(t.Lapses))}, []int32{int32(t.Attempt)})...)
+					[]int32{int32(p.Lapses(t.Lapses))}, []int32{int32(t.Attempt)}, []string{p.Error.Type})...)
 			tx.Notify(Notice{Kind: NoticeTaskReady, Step: t.Step, At: events[0].RetryAt})
 		default:
 			// The task moves aside, as it was scheduled, for RunRedrive.
 			a.queueWith(tx, []*runHead{t.run}, advanceHeads+`,
 				failed AS (
-					DELETE FROM reprise_task t USING unnest($10::bigint[], $11::bigint[], $12::int[]) AS f(id, seq, attempt)
+					DELETE FROM reprise_task t
+					USING unnest($10::bigint[], $11::bigint[], $12::int[], $13::text[]) AS f(id, seq, attempt, error_type)
 					WHERE t.id = f.id
 					RETURNING t.run_id, t.execution, t.position, t.step, t.input, t.idempotency_key, t.policy,
-						t.timeout, f.attempt, f.seq, t.step_version)
+						t.timeout, f.attempt, f.seq, t.step_version, f.error_type)
 				INSERT INTO reprise_step_failed (run_id, execution, position, step, input, idempotency_key, policy,
-					timeout, attempt, seq, step_version)
+					timeout, attempt, seq, step_version, error_type)
 				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, seq,
-					step_version
+					step_version, error_type
 				FROM failed
 				ON CONFLICT (run_id, execution, position) DO UPDATE SET step = excluded.step, input = excluded.input,
 					idempotency_key = excluded.idempotency_key, policy = excluded.policy, timeout = excluded.timeout,
-					attempt = excluded.attempt, seq = excluded.seq, step_version = excluded.step_version`,
-				append(headsArgs(t.run), []int64{t.ID}, []int64{t.run.lastSeq}, []int32{int32(t.Attempt)})...)
+					attempt = excluded.attempt, seq = excluded.seq, step_version = excluded.step_version,
+					error_type = excluded.error_type`,
+				append(headsArgs(t.run), []int64{t.ID}, []int64{t.run.lastSeq}, []int32{int32(t.Attempt)},
+					[]string{p.Error.Type})...)
 			tx.Notify(Notice{Kind: NoticeOutcome, RunID: t.run.id, Owner: t.run.owner, Seq: t.run.lastSeq})
 		}
 		o = &store.Outcome{RunID: t.run.id, Owner: t.run.owner, Events: a.events}

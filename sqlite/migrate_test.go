@@ -113,7 +113,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 // the rows of single events that version 1 wrote.
 func TestMigrateFromVersion1(t *testing.T) {
 	t.Parallel()
-	const version = 9
+	const version = 10
 	if v := sqlite.SchemaVersion(); v != version {
 		t.Fatalf("SchemaVersion = %d, want %d", v, version)
 	}

@@ -156,6 +156,19 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.R
 		where = append(where, "(created_at, id) < (SELECT created_at, id FROM runs WHERE id = ?)")
 		args = append(args, p.Before)
 	}
+	if !p.CreatedSince.IsZero() {
+		where, args = append(where, "created_at >= ?"), append(args, p.CreatedSince.UnixNano())
+	}
+	if !p.CreatedUntil.IsZero() {
+		where, args = append(where, "created_at < ?"), append(args, p.CreatedUntil.UnixNano())
+	}
+	if p.Retrying {
+		where = append(where, "status = 'running'"+statusIndexed(store.RunRunning))
+	}
+	if p.Retrying || p.Step != "" || p.ErrorType != "" {
+		failing, failingArgs := failingRunsSQL(p)
+		where, args = append(where, "id IN ("+failing+")"), append(args, failingArgs...)
+	}
 	query := `SELECT ` + runColumns + ` FROM runs`
 	if len(where) > 0 {
 		query += ` WHERE ` + strings.Join(where, " AND ")
@@ -184,6 +197,59 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.R
 		return nil, fmt.Errorf("list runs: %w", err)
 	}
 	return runs, nil
+}
+
+// failingRunsSQL returns the query of the ids of the runs with a failing
+// step that p's Retrying, Step and ErrorType select, and its arguments:
+// the tasks with a failed attempt (the small partial index tasks_failing)
+// and, unless only waiting ones count, the failed steps.
+func failingRunsSQL(p *store.RunListParams) (string, []any) {
+	var cond string
+	var args []any
+	if p.Step != "" {
+		cond, args = cond+" AND step = ?", append(args, p.Step)
+	}
+	if p.ErrorType != "" {
+		cond, args = cond+" AND error_type = ?", append(args, p.ErrorType)
+	}
+	query := `SELECT run_id FROM tasks WHERE error_type IS NOT NULL` + cond
+	if p.Retrying {
+		return query + ` AND lease_until IS NULL`, args
+	}
+	return query + ` UNION ALL SELECT run_id FROM failed_steps WHERE true` + cond, append(args, args...)
+}
+
+// StatsGet counts the retrying runs and the ready tasks by step.
+func (s *Store) StatsGet(ctx context.Context) (*store.Stats, error) {
+	var stats *store.Stats
+	err := s.read(ctx, func(tx *txn) error {
+		stats = &store.Stats{Ready: map[string]int{}}
+		err := tx.queryRow(`
+			SELECT count(DISTINCT run_id) FROM tasks WHERE error_type IS NOT NULL AND lease_until IS NULL`).
+			Scan(&stats.Retrying)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.query(`
+			SELECT step, count(*) FROM tasks WHERE lease_until IS NULL AND ready_at <= ? GROUP BY step`, tx.nanos)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var step string
+			var n int
+			if err := rows.Scan(&step, &n); err != nil {
+				return err
+			}
+			stats.Ready[step] = n
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("get stats: %w", err)
+	}
+	return stats, nil
 }
 
 // statusIndexed returns, for a status that a partial index holds, that

@@ -59,7 +59,7 @@ func readyTasksSQL(n int) string {
 				ORDER BY ready_at, id LIMIT +?%d)`, 3+2*i, 4+2*i)
 	}
 	return `
-		SELECT ` + taskColumns + `, (SELECT coalesce(max(seq), 0) FROM events WHERE run_id = tasks.run_id)
+		SELECT ` + taskColumns + `, (SELECT coalesce(max(seq), 0) FROM events WHERE run_id = tasks.run_id), ready_at
 		FROM tasks WHERE id IN (
 			SELECT id FROM (` + strings.Join(steps, " UNION ALL ") + `)
 			ORDER BY ready_at, id LIMIT +?2)
@@ -107,12 +107,13 @@ func (tx *txn) claim(query string, args []any, p *store.TaskClaimParams) ([]*sto
 	var tasks []*store.Task
 	last := map[string]int64{} // each run's last Seq, as the claim appends
 	for rows.Next() {
-		var seq int64
-		t, err := scanTask(rows, &seq)
+		var seq, readyAt int64
+		t, err := scanTask(rows, &seq, &readyAt)
 		if err != nil {
 			rows.Close()
 			return nil, err
 		}
+		t.ReadyAt = fromNanos(readyAt)
 		if _, ok := last[t.RunID]; !ok {
 			last[t.RunID] = seq
 		}
@@ -300,10 +301,10 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 			_, err := tx.exec(`
 				INSERT OR REPLACE INTO failed_steps
 					(run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base,
-					step_version)
+					step_version, error_type)
 				SELECT run_id, execution, position, step, input, idempotency_key, policy, timeout, attempt, base,
-					step_version
-				FROM tasks WHERE id = ?`, p.TaskID)
+					step_version, ?
+				FROM tasks WHERE id = ?`, p.Error.Type, p.TaskID)
 			if err != nil {
 				return err
 			}
@@ -314,8 +315,9 @@ func (s *Store) TaskFail(ctx context.Context, p *store.TaskFailParams) (*store.O
 			out, err = tx.retryLeased(p, a, events, now)
 			return err
 		default:
-			_, err = tx.exec(`UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ?, lapses = ? WHERE id = ?`,
-				events[0].RetryAt.UnixNano(), p.Lapses(a.task.Lapses), p.TaskID)
+			_, err = tx.exec(`
+				UPDATE tasks SET owner = '', lease_until = NULL, ready_at = ?, lapses = ?, error_type = ? WHERE id = ?`,
+				events[0].RetryAt.UnixNano(), p.Lapses(a.task.Lapses), p.Error.Type, p.TaskID)
 			if err != nil {
 				return err
 			}
@@ -342,10 +344,10 @@ func (tx *txn) retryLeased(p *store.TaskFailParams, a attempt, events []store.Ev
 	next := &n
 	_, err = tx.exec(`
 		UPDATE tasks SET attempt = ?, token = ?, owner = ?, ready_at = ?, started_at = ?, first_started_at = ?,
-			lease_until = ?, lapses = ?
+			lease_until = ?, lapses = ?, error_type = ?
 		WHERE id = ?`,
 		next.Attempt, next.Token, next.Owner, tx.nanos, next.StartedAt.UnixNano(), next.FirstStartedAt.UnixNano(),
-		next.LeaseUntil.UnixNano(), next.Lapses, p.TaskID)
+		next.LeaseUntil.UnixNano(), next.Lapses, p.Error.Type, p.TaskID)
 	if err != nil {
 		return nil, err
 	}

@@ -181,7 +181,7 @@ func TestRunAdvanceStamp(t *testing.T) {
 	lease := at.Add(10 * time.Second).Truncate(time.Microsecond)
 	wantTask := &Task{RunID: "r", Execution: 2, Position: 1, Step: "a", Input: json.RawMessage(`1`), IdempotencyKey: "k",
 		Policy: json.RawMessage(`{}`), Timeout: 10 * time.Second, Attempt: 1, Token: 1, Owner: "e", LeaseUntil: lease,
-		StartedAt: at, FirstStartedAt: at, StepVersion: 3}
+		StartedAt: at, FirstStartedAt: at, ReadyAt: at, StepVersion: 3}
 	if got := plan[1].Task; !reflect.DeepEqual(got, wantTask) {
 		t.Errorf("leased task:\n got %+v\nwant %+v", got, wantTask)
 	}

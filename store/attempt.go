@@ -17,12 +17,16 @@ func AttemptLease(ttl, timeout time.Duration) time.Duration {
 
 // Start starts t's next attempt, leased to owner at now for ttl
 // (AttemptLease), as TaskClaim does: Attempt and Token go up by one,
-// StartedAt is now, and FirstStartedAt too for the step's first attempt.
+// StartedAt is now, and FirstStartedAt too for the step's first attempt,
+// and ReadyAt too when the caller did not read it.
 func (t *Task) Start(owner string, ttl time.Duration, now Now) {
 	t.Attempt++
 	t.Token++
 	t.Owner = owner
 	t.StartedAt = now.At
+	if t.ReadyAt.IsZero() {
+		t.ReadyAt = now.At
+	}
 	if t.FirstStartedAt.IsZero() {
 		t.FirstStartedAt = now.At
 	}
@@ -101,6 +105,7 @@ func Ended(attempt, current int) bool {
 // every write about an attempt names it (TaskCompleteParams.Attempt).
 func (p *TaskFailParams) Next(t *Task, now Now) (next Task, inPlace bool) {
 	next = *t
+	next.ReadyAt = now.At // due as it fails
 	kept := t.Timeout == 0 && t.Owner == p.LeaseOwner && t.LeaseUntil.Sub(now.At) >= p.LeaseTTL/2
 	inPlace = kept && !p.Expired && t.Lapses == 0
 	next.Start(p.LeaseOwner, p.LeaseTTL, now)

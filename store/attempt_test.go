@@ -56,24 +56,24 @@ func TestTaskStart(t *testing.T) {
 		task: Task{ID: 7, Step: "charge"},
 		now:  Now{At: at},
 		want: Task{ID: 7, Step: "charge", Attempt: 1, Token: 1, Owner: "w", StartedAt: at, FirstStartedAt: at,
-			LeaseUntil: at.Add(time.Minute)},
+			ReadyAt: at, LeaseUntil: at.Add(time.Minute)},
 	}, {
-		name: "LaterAttemptKeepsItsFirstStart",
-		task: Task{Attempt: 2, Token: 5, Owner: "old", FirstStartedAt: first, Lapses: 1},
+		name: "LaterAttemptKeepsItsFirstStartAndTheTimeItWasDue",
+		task: Task{Attempt: 2, Token: 5, Owner: "old", FirstStartedAt: first, ReadyAt: first, Lapses: 1},
 		now:  Now{At: at},
-		want: Task{Attempt: 3, Token: 6, Owner: "w", StartedAt: at, FirstStartedAt: first, Lapses: 1,
+		want: Task{Attempt: 3, Token: 6, Owner: "w", StartedAt: at, FirstStartedAt: first, ReadyAt: first, Lapses: 1,
 			LeaseUntil: at.Add(time.Minute)},
 	}, {
 		name: "LeaseCutToTheTimeout",
 		task: Task{Timeout: time.Second},
 		now:  Now{At: at},
 		want: Task{Timeout: time.Second, Attempt: 1, Token: 1, Owner: "w", StartedAt: at, FirstStartedAt: at,
-			LeaseUntil: at.Add(time.Second)},
+			ReadyAt: at, LeaseUntil: at.Add(time.Second)},
 	}, {
 		name: "LeaseInTheStoresPrecision",
 		task: Task{},
 		now:  Now{At: at, Precision: time.Microsecond},
-		want: Task{Attempt: 1, Token: 1, Owner: "w", StartedAt: at, FirstStartedAt: at,
+		want: Task{Attempt: 1, Token: 1, Owner: "w", StartedAt: at, FirstStartedAt: at, ReadyAt: at,
 			LeaseUntil: at.Add(time.Minute).Truncate(time.Microsecond)},
 	}} {
 		t.Run(tt.name, func(t *testing.T) {

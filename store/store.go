@@ -103,6 +103,11 @@ type Task struct {
 	StartedAt time.Time
 	// FirstStartedAt is when the step's first attempt was claimed.
 	FirstStartedAt time.Time
+	// ReadyAt is when the attempt a claim started was due: when its step
+	// was scheduled or redriven, or when its retry came due; StartedAt
+	// for an attempt started at once (Start). Only the tasks that start
+	// an attempt carry it (TaskClaim, RunAdvance's Tasks, Outcome.Next).
+	ReadyAt time.Time
 	// Base is the attempt number a redrive restarted the budget from: the
 	// policy sees attempt Attempt-Base. Zero without a redrive.
 	Base int
@@ -136,6 +141,9 @@ type Store interface {
 	RunGet(ctx context.Context, id string) (*Run, error)
 	// RunList lists runs, newest first.
 	RunList(ctx context.Context, p *RunListParams) ([]*Run, error)
+	// StatsGet counts what waits in the queue, for metrics: a read of
+	// the indexes RunList and TaskClaim use.
+	StatsGet(ctx context.Context) (*Stats, error)
 	// RunClaim leases active runs (pending or running) that no live owner
 	// holds, so that the caller executes their workflow code; a pending run
 	// is running from then on.
@@ -265,11 +273,35 @@ type RunListParams struct {
 	// Status and Workflow filter when set.
 	Status   RunStatus
 	Workflow string
+	// Retrying lists only running runs with a step that waits for its
+	// retry: an attempt of it failed, the policy retries it, and no
+	// attempt holds a lease yet (its backoff runs, or it is due and
+	// unclaimed).
+	Retrying bool
+	// Step and ErrorType, when set, list only runs with a failing step of
+	// that name, whose last failed attempt had that error type: a step
+	// that waits for its retry or runs it, or that failed for good and is
+	// kept for a redrive. One step must match both, and Retrying too.
+	Step      string
+	ErrorType string
+	// CreatedSince and CreatedUntil, when set, list only runs created at
+	// or after CreatedSince and before CreatedUntil.
+	CreatedSince time.Time
+	CreatedUntil time.Time
 	// Before, when set, lists only runs created before the run with this id
 	// (a page cursor: pass the last id of the previous page).
 	Before string
 	// Limit caps the page; zero means 100.
 	Limit int
+}
+
+// Stats is what StatsGet counts.
+type Stats struct {
+	// Retrying counts the runs RunList lists with Retrying.
+	Retrying int
+	// Ready counts the tasks that are ready now and that no one holds,
+	// by step name; a step with none is absent.
+	Ready map[string]int
 }
 
 // RunClaimParams leases runs for workflow execution.

@@ -74,6 +74,7 @@ func testTaskFailLeaseNext(t *testing.T, open Open) {
 		if !reflect.DeepEqual(normTask(next), normTask(&wantTask)) {
 			t.Fatalf("Outcome.Next = %+v, want %+v", next, wantTask)
 		}
+		requireTime(t, "Next.ReadyAt", next.ReadyAt, now)
 		stored, err := f.store.TaskGet(t.Context(), next.ID)
 		if err != nil {
 			t.Fatalf("TaskGet: %v", err)

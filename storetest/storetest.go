@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T, now func() time.Time) store.Store
 	t.Run("RunCreateFirst", func(t *testing.T) { t.Parallel(); testRunCreateFirst(t, open) })
 	t.Run("RunGet", func(t *testing.T) { t.Parallel(); testRunGet(t, open) })
 	t.Run("RunList", func(t *testing.T) { t.Parallel(); testRunList(t, open) })
+	t.Run("RunListFailing", func(t *testing.T) { t.Parallel(); testRunListFailing(t, open) })
 	t.Run("RunClaim", func(t *testing.T) { t.Parallel(); testRunClaim(t, open) })
 	t.Run("RunRenew", func(t *testing.T) { t.Parallel(); testRunRenew(t, open) })
 	t.Run("RunRelease", func(t *testing.T) { t.Parallel(); testRunRelease(t, open) })

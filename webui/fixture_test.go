@@ -36,7 +36,8 @@ func (declined) ErrorType() string { return "CardDeclined" }
 
 // The workflows of the tests: flaky's step fails twice, then succeeds;
 // slow's step fails and waits an hour for its next attempt; doomed's step
-// fails for good; waiter waits for a signal.
+// fails for good; waiter waits for a signal; lost calls a step nobody
+// registered.
 var (
 	flakyStep = reprise.NewStep("flaky.call", func(ctx context.Context, in string) (string, error) {
 		if info, _ := reprise.StepInfoFrom(ctx); info.Attempt < 3 {
@@ -62,6 +63,9 @@ var (
 	})
 	waiterWorkflow = reprise.NewWorkflow("waiter", func(ctx context.Context, in string) (string, error) {
 		return reprise.WaitSignal[string](ctx, "go").Get(ctx)
+	})
+	lostWorkflow = reprise.NewWorkflow("lost", func(ctx context.Context, in string) (string, error) {
+		return reprise.Call[string](ctx, "nowhere", in)
 	})
 )
 
@@ -102,11 +106,13 @@ func newFixture(t *testing.T, token string) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	e, err := reprise.New(reprise.Config{Store: st, PollInterval: 20 * time.Millisecond, ShutdownGrace: time.Second})
+	e, err := reprise.New(reprise.Config{Store: st, PollInterval: 20 * time.Millisecond, ShutdownGrace: time.Second,
+		UnclaimedAfter: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Register(flakyStep, slowStep, doomedStep, flakyWorkflow, slowWorkflow, doomedWorkflow, waiterWorkflow); err != nil {
+	if err := e.Register(flakyStep, slowStep, doomedStep, flakyWorkflow, slowWorkflow, doomedWorkflow, waiterWorkflow,
+		lostWorkflow); err != nil {
 		t.Fatal(err)
 	}
 	log := &syncBuffer{}

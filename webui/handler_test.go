@@ -2,10 +2,13 @@ package webui_test
 
 import (
 	"bufio"
+	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -231,15 +234,15 @@ func TestErrors(t *testing.T) {
 		{"/runs/bad%20id", 400, "is not a run id"},
 		{"/runs/f-1?x=1", 400, "Unknown parameter &#34;x&#34;"},
 		{"/runs/f-1?notice=bogus", 400, "notice &#34;bogus&#34;"},
-		{"/?stauts=failed", 400, "unknown parameter &#34;stauts&#34;; the list takes status, workflow, since, limit, cursor, id"},
+		{"/?stauts=failed", 400, "unknown parameter &#34;stauts&#34;; the list takes limit, cursor, id, status, workflow, step, error_type, since, until"},
 		{"/?status=bogus", 400, "status &#34;bogus&#34; is not one of pending, running, retrying, completed, failed, cancelled"},
 		{"/?status=failed&status=running", 400, "given 2 times"},
 		{"/?limit=0", 400, "limit &#34;0&#34; is not a number from 1 to 200"},
 		{"/?limit=abc", 400, "limit &#34;abc&#34;"},
 		{"/?since=yesterday", 400, "since &#34;yesterday&#34; is neither a duration"},
 		{"/?cursor=a%20b", 400, "cursor is not a run id"},
-		{"/?step=charge", 400, "parameter &#34;step&#34; is not available yet"},
-		{"/?error_type=Timeout", 400, "parameter &#34;error_type&#34; is not available yet"},
+		{"/?step=" + strings.Repeat("s", 201), 400, "step is 201 characters long"},
+		{"/?since=2h&until=3h", 400, "until (2"},
 		{"/?%zz", 400, "malformed"},
 		{"/?id=nope", 404, "There is no run with the id"},
 		{"/?id=bad%20id", 400, "no run can have the id"},
@@ -304,6 +307,12 @@ func TestListFilters(t *testing.T) {
 		{"?workflow=flaky&status=retrying", ""},
 		{"?since=1h", "slow-1 flaky-1 flaky-2 flaky-3 waiter-1"},
 		{"?since=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)), ""},
+		{"?until=" + url.QueryEscape(time.Now().Add(time.Hour).UTC().Format(time.RFC3339)), "slow-1 flaky-1 flaky-2 flaky-3 waiter-1"},
+		{"?until=1h", ""},
+		{"?step=slow.call", "slow-1"},
+		{"?step=flaky.call", ""}, // its retries succeeded: no step fails
+		{"?error_type=NetworkError&status=retrying", "slow-1"},
+		{"?error_type=CardDeclined", ""},
 	} {
 		a := c.get("/" + tt.query)
 		if got := strings.Join(ids(a.body), " "); a.status != 200 || got != tt.want {
@@ -311,8 +320,10 @@ func TestListFilters(t *testing.T) {
 		}
 	}
 	// The retrying run says which attempt it waits for.
-	if a := c.get("/?status=retrying"); !strings.Contains(a.body, "attempt 2 of slow.call") {
-		t.Errorf("the retrying run does not say what it waits for:\n%s", a.body)
+	for _, path := range []string{"/?status=retrying", "/"} {
+		if a := c.get(path); !strings.Contains(a.body, "attempt 2 of slow.call") {
+			t.Errorf("GET %s: the retrying run does not say what it waits for:\n%s", path, a.body)
+		}
 	}
 	// Pages of two, newest first.
 	var seen []string
@@ -364,6 +375,80 @@ func TestRunPageRetrying(t *testing.T) {
 		"<td>2</td>\n              <td>retry after 2h0m0s</td>", "stop: exhausted, no attempts left",
 		`data-final="false"`, "Cancel run…",
 	)
+}
+
+// countingEngine counts the histories the page reads, by run.
+type countingEngine struct {
+	webui.Engine
+	mu    sync.Mutex
+	reads map[string]int
+}
+
+func (e *countingEngine) History(ctx context.Context, id string) ([]reprise.Event, error) {
+	e.mu.Lock()
+	e.reads[id]++
+	e.mu.Unlock()
+	return e.Engine.History(ctx, id)
+}
+
+// The list reads the history of the retrying runs it shows, and of no
+// other run, finished or running.
+func TestListReadsHistoriesOfRetryingRunsOnly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	f.start(t, "slow", "slow-1")
+	f.waitRetrying(t, "slow-1")
+	f.start(t, "flaky", "flaky-1")
+	f.waitFor(t, "flaky-1", "RunCompleted", has(store.EventRunCompleted))
+	f.start(t, "waiter", "waiter-1")
+	f.start(t, "waiter", "waiter-2")
+	e := &countingEngine{Engine: f.e, reads: map[string]int{}}
+	ui, err := webui.New(webui.Config{Engine: e, Store: f.st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(ui)
+	defer hs.Close()
+	c := f.client(t)
+	c.base = hs.URL
+	for _, path := range []string{"/", "/?status=running", "/?status=retrying"} {
+		if a := c.get(path); a.status != 200 || !strings.Contains(a.body, "attempt 2 of slow.call") {
+			t.Errorf("GET %s: %d, the retrying run does not say what it waits for:\n%s", path, a.status, a.body)
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if want := map[string]int{"slow-1": 3}; !maps.Equal(e.reads, want) {
+		t.Errorf("histories read for three lists: %v, want %v", e.reads, want)
+	}
+}
+
+// A run whose step no worker claims says so on its page and in the list.
+func TestWaiting(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, "")
+	f.start(t, "lost", "lost-1")
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		w, err := f.e.RunWaiting(t.Context(), "lost-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("run lost-1 is not reported waiting in 20s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c := f.client(t)
+	pageHas(t, "the page of a waiting run", c.get("/runs/lost-1").body,
+		`<span class="badge s-waiting">waiting</span>`,
+		`id="waiting">Step <strong>nowhere</strong> (#1) has waited for a worker since`,
+		reprise.WhyNotRegistered)
+	pageHas(t, "the runs list", c.get("/").body,
+		`<span class="badge s-waiting">waiting</span>`, "nowhere unclaimed since")
 }
 
 // pageHas reports each of wants that body, the page named page, lacks,

@@ -19,7 +19,10 @@ import (
 type runData struct {
 	Run      *store.Run
 	Timeline *timeline
-	Now      time.Time
+	// Waiting is the step the run waits for that no worker has claimed
+	// for long, while it runs.
+	Waiting *reprise.Waiting
+	Now     time.Time
 	// Notice says what an action just did; Error why one was refused.
 	Notice string
 	Error  string
@@ -121,6 +124,12 @@ func (h *Handler) renderRun(w http.ResponseWriter, r *http.Request, id string, s
 	}
 	now := h.cfg.Now()
 	data := runData{Run: run, Timeline: buildTimeline(events, now), Now: now, Notice: notice, Error: problem}
+	if !run.Status.Final() {
+		if data.Waiting, err = h.cfg.Engine.RunWaiting(r.Context(), run.ID); err != nil {
+			h.internal(w, r, err)
+			return
+		}
+	}
 	data.CanCancel = !run.Status.Final()
 	data.CanSignal = !run.Status.Final()
 	data.CanRedrive = redrivable(run)

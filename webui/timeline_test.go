@@ -266,20 +266,3 @@ func TestRunActions(t *testing.T) {
 		}
 	}
 }
-
-func TestParseSince(t *testing.T) {
-	t.Parallel()
-	now := t0
-	for s, want := range map[string]time.Time{
-		"90m": now.Add(-90 * time.Minute), "7d": now.AddDate(0, 0, -7), "2026-01-01T00:00:00Z": time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC),
-	} {
-		if got, err := parseSince(s, now); err != nil || !got.Equal(want) {
-			t.Errorf("parseSince(%q) = %v, %v; want %v", s, got, err, want)
-		}
-	}
-	for _, s := range []string{"", "-1h", "0s", "0d", "yesterday", "1w"} {
-		if _, err := parseSince(s, now); err == nil {
-			t.Errorf("parseSince(%q) accepted", s)
-		}
-	}
-}

@@ -28,10 +28,12 @@ import (
 )
 
 // Engine is what the page needs of an engine (a *reprise.Engine): it reads
-// runs and their histories, and cancels, redrives and signals them.
+// runs, their histories and what they wait for, and cancels, redrives and
+// signals them.
 type Engine interface {
 	GetRun(ctx context.Context, id string) (*reprise.Run, error)
 	History(ctx context.Context, id string) ([]reprise.Event, error)
+	RunWaiting(ctx context.Context, id string) (*reprise.Waiting, error)
 	CancelRun(ctx context.Context, id, reason string) error
 	RedriveRun(ctx context.Context, runID, by string) error
 	SignalRun(ctx context.Context, runID, name string, payload any) error

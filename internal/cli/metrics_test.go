@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"reprise/store"
 )
 
@@ -55,5 +58,27 @@ func TestServerMetrics(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q:\n%s", want, body)
 		}
+	}
+	// The scrape parses, and holds the waits and the gauges.
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	for name, typ := range map[string]string{
+		"reprise_schedule_to_start_seconds": "HISTOGRAM",
+		"reprise_retry_lateness_seconds":    "HISTOGRAM",
+		"reprise_runs_retrying":             "GAUGE",
+		"reprise_tasks_ready":               "GAUGE",
+		"reprise_runs_resident":             "GAUGE",
+		"reprise_stats_read_errors_total":   "COUNTER",
+	} {
+		mf := families[name]
+		if mf == nil || mf.GetType().String() != typ || len(mf.GetMetric()) == 0 {
+			t.Errorf("/metrics family %s = %v, want a %s with samples", name, mf, typ)
+		}
+	}
+	if n := families["reprise_retry_lateness_seconds"].GetMetric()[0].GetHistogram().GetSampleCount(); n != 2 {
+		t.Errorf("reprise_retry_lateness_seconds counted %d retries, want the 2 of inventory.reserve", n)
 	}
 }

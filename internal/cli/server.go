@@ -239,6 +239,10 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		return err
 	}
 	flows := flow.NewSet(e, &flow.Options{Caller: flowCaller})
+	gauges, err := metrics.NewGauges(reg, metrics.GaugesConfig{Store: st, Engine: e, Steps: demoSteps})
+	if err != nil {
+		return err
+	}
 	h, err := httpapi.NewHandler(e, st, httpapi.Options{Tokens: c.tokens, MaxBodyBytes: c.maxBody, MaxWait: longPollMax,
 		Logger: logger, Steps: demoSteps, AllowStepHosts: c.allowStepHosts, Metrics: reg, Flows: flows})
 	if err != nil {
@@ -281,6 +285,8 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		stopEngine()
 		<-synced
 	}()
+	gaugesDone := make(chan error, 1)
+	go func() { gaugesDone <- gauges.Run(engineCtx) }()
 	served := make(chan error, 1) // none once the server is closed
 	go func() {
 		err := srv.Serve(ln)
@@ -314,7 +320,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if !engineStopped {
 		engineErr = <-engineDone
 	}
-	return errors.Join(err, engineErr)
+	return errors.Join(err, engineErr, <-gaugesDone)
 }
 
 // withWebUI serves the web page at / and the API at its paths (/v1/,
