@@ -7,11 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"reprise"
+	"reprise/internal/runfilter"
 	"reprise/store"
 )
 
@@ -137,15 +140,21 @@ func runsCommand(name, synopsis string, args []string, stdout, stderr io.Writer,
 }
 
 func runsMain(args []string, stdout, stderr io.Writer) int {
-	var status, workflow string
+	var status, workflow, step, errorType, since, until string
 	var limit int
 	var asJSON bool
-	b, fs, pos, code, ok := runsCommand("runs", "[--status S] [--workflow W] [--limit N] [--json]", args, stdout, stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&status, "status", "", "only runs with this status: pending, running, completed, failed, cancelled")
-		fs.StringVar(&workflow, "workflow", "", "only runs of this workflow")
-		fs.IntVar(&limit, "limit", 20, "how many runs to list (1 to 1000)")
-		fs.BoolVar(&asJSON, "json", false, "print JSON")
-	})
+	b, fs, pos, code, ok := runsCommand("runs",
+		"[--status S] [--workflow W] [--step N] [--error-type T] [--since A] [--until B] [--limit N] [--json]",
+		args, stdout, stderr, func(fs *flag.FlagSet) {
+			fs.StringVar(&status, "status", "", "only runs with this status: "+strings.Join(runfilter.Statuses, ", "))
+			fs.StringVar(&workflow, "workflow", "", "only runs of this workflow")
+			fs.StringVar(&step, "step", "", "only runs with a step of this name")
+			fs.StringVar(&errorType, "error-type", "", "only runs whose step failed with this error type")
+			fs.StringVar(&since, "since", "", "only runs created at or after this: a time (2026-01-02T15:04:05Z) or a duration back from now (90m, 24h, 7d)")
+			fs.StringVar(&until, "until", "", "only runs created before this, as --since")
+			fs.IntVar(&limit, "limit", 20, "how many runs to list (1 to 1000)")
+			fs.BoolVar(&asJSON, "json", false, "print JSON")
+		})
 	if !ok {
 		return code
 	}
@@ -156,12 +165,18 @@ func runsMain(args []string, stdout, stderr io.Writer) int {
 	if limit < 1 || limit > 1000 {
 		return usageErrorf(fs, stderr, "--limit %d is out of range (1 to 1000)", limit)
 	}
-	switch store.RunStatus(status) {
-	case "", store.RunPending, store.RunRunning, store.RunCompleted, store.RunFailed, store.RunCancelled:
-	default:
-		return usageErrorf(fs, stderr, "--status %q is not a run status (pending, running, completed, failed, cancelled)", status)
+	// The filters read as the API reads its query: one parser, one meaning.
+	f, err := runfilter.Read(url.Values{"status": {status}, "workflow": {workflow}, "step": {step},
+		"error_type": {errorType}, "since": {since}, "until": {until}}, time.Now())
+	if err != nil {
+		if fe := (*runfilter.Error)(nil); errors.As(err, &fe) {
+			return usageErrorf(fs, stderr, "--%s: %s", strings.ReplaceAll(fe.Param, "_", "-"), fe.Reason)
+		}
+		return usageErrorf(fs, stderr, "%v", err)
 	}
-	runs, err := b.ListRuns(context.Background(), &store.RunListParams{Status: store.RunStatus(status), Workflow: workflow, Limit: limit})
+	p := &store.RunListParams{Limit: limit}
+	f.Apply(p)
+	runs, err := b.ListRuns(context.Background(), p)
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise runs: %v\n", err)
 		return exitFail
