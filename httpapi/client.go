@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"reprise"
 	"reprise/httpstep"
 	"reprise/store"
 )
@@ -110,19 +111,37 @@ func readProblem(resp *http.Response) *Problem {
 		Detail: strings.TrimSpace(string(b[:min(len(b), 512)]))}
 }
 
+// A StartOption sets how StartRun, StartStep and StartFlow start a run.
+type StartOption func(*startRequest)
+
+// WithTraceParent starts the run in the caller's trace, as
+// reprise.WithTraceParent does: tp is a W3C traceparent, the caller's
+// span, kept with the run (Run.TraceParent).
+func WithTraceParent(tp string) StartOption {
+	return func(r *startRequest) { r.TraceParent = tp }
+}
+
 // StartRun starts a run of workflow with input (nil for null) and id
 // (empty for one the server picks). created is false when a run with that
 // id existed; it is returned and nothing new starts.
-func (c *Client) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (run *store.Run, created bool, err error) {
-	return c.start(ctx, startRequest{Workflow: workflow, Input: input, ID: id})
+func (c *Client) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string, opts ...StartOption) (run *store.Run, created bool, err error) {
+	return c.start(ctx, startRequest{Workflow: workflow, Input: input, ID: id}, opts)
 }
 
 // StartStep starts a one-step run of the registered step.
-func (c *Client) StartStep(ctx context.Context, step string, input json.RawMessage, id string) (run *store.Run, created bool, err error) {
-	return c.start(ctx, startRequest{Step: step, Input: input, ID: id})
+func (c *Client) StartStep(ctx context.Context, step string, input json.RawMessage, id string, opts ...StartOption) (run *store.Run, created bool, err error) {
+	return c.start(ctx, startRequest{Step: step, Input: input, ID: id}, opts)
 }
 
-func (c *Client) start(ctx context.Context, req startRequest) (*store.Run, bool, error) {
+func (c *Client) start(ctx context.Context, req startRequest, opts []StartOption) (*store.Run, bool, error) {
+	for _, o := range opts {
+		o(&req)
+	}
+	if req.TraceParent != "" {
+		if err := reprise.ValidateTraceParent(req.TraceParent); err != nil {
+			return nil, false, fmt.Errorf("start run: %w", err)
+		}
+	}
 	var run store.Run
 	status, err := c.do(ctx, "POST", "/v1/runs", req, &run)
 	if err != nil {
@@ -400,6 +419,6 @@ func (c *Client) GetFlow(ctx context.Context, name string, version int) (*Flow, 
 
 // StartFlow starts a run of the latest version of a flow with input (nil
 // for null) and id (empty for one the server picks), as StartRun does.
-func (c *Client) StartFlow(ctx context.Context, name string, input json.RawMessage, id string) (run *store.Run, created bool, err error) {
-	return c.start(ctx, startRequest{Flow: name, Input: input, ID: id})
+func (c *Client) StartFlow(ctx context.Context, name string, input json.RawMessage, id string, opts ...StartOption) (run *store.Run, created bool, err error) {
+	return c.start(ctx, startRequest{Flow: name, Input: input, ID: id}, opts)
 }

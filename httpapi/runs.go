@@ -44,6 +44,8 @@ type runJSON struct {
 	Error     *store.ErrorInfo `json:"error"`
 	CreatedAt time.Time        `json:"created_at"`
 	UpdatedAt time.Time        `json:"updated_at"`
+	// TraceParent is the run's trace context, absent when it has none.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // runDetailJSON is a run as GET /v1/runs/{id} answers it: with the step it
@@ -55,7 +57,7 @@ type runDetailJSON struct {
 
 func wireRun(r *store.Run) runJSON {
 	out := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Input: r.Input, Output: r.Output,
-		Error: r.Error, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt}
+		Error: r.Error, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, TraceParent: r.TraceParent}
 	if len(out.Input) == 0 {
 		out.Input = json.RawMessage("null")
 	}
