@@ -145,6 +145,8 @@ type RunEnd struct {
 	RunID    string
 	Workflow string
 	Status   RunStatus
+	// ParentID is the parent run's id, for a child run.
+	ParentID string
 	// TraceParent is the run's trace context (Run.TraceParent); Created
 	// is when the run was created, if known.
 	TraceParent string

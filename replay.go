@@ -141,7 +141,11 @@ func (r *replayer) startChild(workflow string, input json.RawMessage) (*future, 
 	}
 	fut := &future{pos: pos}
 	r.cmds[pos] = &command{kind: cmdChild, name: workflow, fut: fut}
-	r.children = append(r.children, store.ChildSpec{Position: pos, ID: id, Workflow: workflow, Input: input})
+	c := store.ChildSpec{Position: pos, ID: id, Workflow: workflow, Input: input}
+	if t := r.e.cfg.Tracer; t != nil && r.traceParent != "" {
+		c.TraceParent = t.ChildTraceParent(r.id, r.traceParent, r.execution, pos)
+	}
+	r.children = append(r.children, c)
 	return fut, id
 }
 

@@ -306,7 +306,7 @@ func (r *replayer) run(fresh bool) {
 		e.log.Debug("run finished", "run_id", r.id, "status", finish.Status)
 		if e.cfg.Observer != nil {
 			e.cfg.Observer.RunEnded(RunEnd{RunID: r.id, Workflow: r.workflow.name, Status: finish.Status,
-				TraceParent: r.traceParent, Created: r.created})
+				ParentID: r.parentID, TraceParent: r.traceParent, Created: r.created})
 		}
 		e.deliver(adv.Parent)
 		r.final = r.finalRun(finish, adv.Events)

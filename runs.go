@@ -127,7 +127,7 @@ func (e *Engine) CancelRun(ctx context.Context, id, reason string) error {
 	e.stopRun(id)
 	if e.cfg.Observer != nil && run != nil {
 		e.cfg.Observer.RunEnded(RunEnd{RunID: id, Workflow: run.Workflow, Status: RunCancelled,
-			TraceParent: run.TraceParent, Created: run.CreatedAt})
+			ParentID: run.ParentID, TraceParent: run.TraceParent, Created: run.CreatedAt})
 	}
 	return nil
 }

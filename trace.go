@@ -29,6 +29,10 @@ type Tracer interface {
 	// AttemptTraceParent returns the traceparent of attempt a's span, for
 	// a pull worker that runs it.
 	AttemptTraceParent(a AttemptInfo) string
+	// ChildTraceParent returns the trace context to keep with the child
+	// run that run runID, of trace context traceParent, starts at position
+	// of execution: the child's trace is its parent's.
+	ChildTraceParent(runID, traceParent string, execution, position int) string
 }
 
 // ValidateTraceParent reports whether tp is a W3C traceparent this engine

@@ -19,7 +19,7 @@ func (s *Store) createChild(parent *run, p *store.RunAdvanceParams, c *store.Chi
 	r := &run{
 		Run: store.Run{
 			ID: c.ID, Workflow: c.Workflow, Status: status, Input: cloneJSON(c.Input),
-			Execution: 1, ParentID: parent.ID, CreatedAt: now,
+			Execution: 1, ParentID: parent.ID, CreatedAt: now, TraceParent: c.TraceParent,
 		},
 		parentPosition: c.Position, parentExecution: parent.Execution,
 	}

@@ -32,8 +32,9 @@ type runTrace struct {
 }
 
 // traceOf returns the trace of a run from its trace context tp. A run
-// without one (started before tracing was on, or a child run) has a trace
-// id derived from its id, the same in every process, and a root span.
+// without one (started before tracing was on, or a child run whose parent
+// had none) has a trace id derived from its id, the same in every
+// process, and a root span.
 func traceOf(runID, tp string) runTrace {
 	tid, psid, flags, ok := parseTraceParent(tp)
 	if !ok {

@@ -25,6 +25,7 @@ const (
 	AttrRunID          = attribute.Key("reprise.run.id")
 	AttrWorkflow       = attribute.Key("reprise.workflow")
 	AttrRunStatus      = attribute.Key("reprise.run.status")
+	AttrChildRunID     = attribute.Key("reprise.child.run.id") // on a parent's step that is a child run
 	AttrStep           = attribute.Key("reprise.step")
 	AttrExecution      = attribute.Key("reprise.step.execution") // after a continue-as-new: 2 on
 	AttrPosition       = attribute.Key("reprise.step.position")
@@ -105,6 +106,13 @@ func (t *Tracer) AttemptTraceParent(a reprise.AttemptInfo) string {
 	return traceParent(traceOf(a.RunID, a.TraceParent).attempt(a.Execution, a.Position, a.Attempt))
 }
 
+// ChildTraceParent returns the trace context of the child run that run
+// runID starts at position of execution: the span of the parent's step
+// at that position, in the parent's trace.
+func (t *Tracer) ChildTraceParent(runID, tp string, execution, position int) string {
+	return traceParent(traceOf(runID, tp).step(execution, position))
+}
+
 // AttemptEnded emits the attempt's span and, if the step ended with it,
 // the step's.
 func (t *Tracer) AttemptEnded(end reprise.AttemptEnd) {
@@ -149,6 +157,21 @@ func (t *Tracer) RunEnded(end reprise.RunEnd) {
 		span.SetStatus(codes.Error, "run failed")
 	}
 	span.End(trace.WithTimestamp(now))
+	if end.ParentID != "" && rt.parent.IsValid() {
+		t.emitChildStep(rt, &end, started, now)
+	}
+}
+
+// emitChildStep emits the span of the parent's step that a child run is:
+// the child's run span's parent (ChildTraceParent), a child of the
+// parent's run span. It ends with the child, which is when the parent's
+// step ends.
+func (t *Tracer) emitChildStep(rt runTrace, end *reprise.RunEnd, started, ended time.Time) {
+	parentRun := rt.run.WithSpanID(spanID(rt.run.TraceID(), end.ParentID, -1, -1, -1))
+	attrs := []attribute.KeyValue{AttrRunID.String(end.ParentID), AttrChildRunID.String(end.RunID),
+		AttrStepStatus.String(string(end.Status))}
+	t.emit(parentRun, rt.parent, t.names.of("child ", end.Workflow), trace.SpanKindInternal, attrs,
+		end.Status == reprise.RunFailed, "child run failed", started, ended)
 }
 
 // emitAttempt emits an attempt's span, child of its step's.

@@ -426,6 +426,7 @@ func (r *timerRows) queue(tx *pgtx.Tx, h *runHead) {
 // events that open their histories.
 type childRows struct {
 	id, workflow, status []string
+	traceParent          []string
 	input                []*string
 	pos                  []int32
 	lastSeq              []int64
@@ -465,6 +466,7 @@ func (r *childRows) add(c *store.ChildSpec, status store.RunStatus, events []sto
 	r.id = append(r.id, c.ID)
 	r.workflow = append(r.workflow, c.Workflow)
 	r.status = append(r.status, string(status))
+	r.traceParent = append(r.traceParent, c.TraceParent)
 	r.input = append(r.input, jsonText(c.Input))
 	r.pos = append(r.pos, int32(c.Position))
 	r.lastSeq = append(r.lastSeq, int64(len(events)))
@@ -481,10 +483,10 @@ func (r *childRows) queue(tx *pgtx.Tx, h *runHead, now time.Time) bool {
 	tx.Queue(`
 		WITH created AS (
 			INSERT INTO reprise_run (id, workflow, status, input, last_seq, created_at, updated_at,
-				parent_id, parent_position, parent_execution)
-			SELECT id, workflow, status, input::json, last_seq, $1, $1, $2, position, $3
-			FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::bigint[])
-				AS c(id, workflow, status, input, position, last_seq)
+				parent_id, parent_position, parent_execution, trace_parent)
+			SELECT id, workflow, status, input::json, last_seq, $1, $1, $2, position, $3, trace_parent
+			FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::bigint[], $14::text[])
+				AS c(id, workflow, status, input, position, last_seq, trace_parent)
 			ON CONFLICT (id) DO NOTHING
 			RETURNING id)
 		INSERT INTO reprise_event (run_id, seq, type, execution, at, data)
@@ -492,7 +494,7 @@ func (r *childRows) queue(tx *pgtx.Tx, h *runHead, now time.Time) bool {
 		FROM created JOIN unnest($10::text[], $11::bigint[], $12::text[], $13::text[]) AS e(id, seq, type, data)
 			ON e.id = created.id`,
 		now, h.id, h.execution, r.id, r.workflow, r.status, r.input, r.pos, r.lastSeq,
-		r.eventRun, r.eventSeq, r.eventType, r.eventData)
+		r.eventRun, r.eventSeq, r.eventType, r.eventData, r.traceParent)
 	return true
 }
 

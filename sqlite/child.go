@@ -16,10 +16,11 @@ import (
 func (tx *txn) createChild(p *store.RunAdvanceParams, execution int, c *store.ChildSpec) error {
 	status, events := p.ChildRun(c)
 	n, err := tx.exec(`
-		INSERT INTO runs (id, workflow, status, input, created_at, parent_id, parent_position, parent_execution)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+		INSERT INTO runs (id, workflow, status, input, created_at, parent_id, parent_position, parent_execution,
+			trace_parent)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (id) DO NOTHING`,
-		c.ID, c.Workflow, string(status), blob(c.Input), tx.nanos, p.RunID, c.Position, execution)
+		c.ID, c.Workflow, string(status), blob(c.Input), tx.nanos, p.RunID, c.Position, execution, c.TraceParent)
 	if err != nil {
 		return fmt.Errorf("start child %s: %w", c.ID, err)
 	}

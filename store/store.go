@@ -400,6 +400,9 @@ type ChildSpec struct {
 	ID       string
 	Workflow string
 	Input    json.RawMessage
+	// TraceParent is the child run's trace context, stored as its
+	// Run.TraceParent: empty for none.
+	TraceParent string
 }
 
 // StepSpec is a step the workflow scheduled.

@@ -72,6 +72,31 @@ func testChildren(t *testing.T, open Open) {
 		}
 	})
 
+	t.Run("ChildKeepsItsTraceParent", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		parent := f.create("parent")
+		f.advance(parent, store.RunAdvanceParams{Children: []store.ChildSpec{
+			{Position: 1, ID: "traced", Workflow: "refund", TraceParent: tp},
+			{Position: 2, ID: "plain", Workflow: "refund"},
+		}})
+		if got := f.get("traced").TraceParent; got != tp {
+			t.Fatalf("RunGet: TraceParent = %q, want %q", got, tp)
+		}
+		if got := f.get("plain").TraceParent; got != "" {
+			t.Fatalf("RunGet of a child given none: TraceParent = %q, want none", got)
+		}
+		got := map[string]string{}
+		for _, l := range f.runClaim(engine2, 10) {
+			got[l.Run.ID] = l.Run.TraceParent
+		}
+		if len(got) != 2 || got["traced"] != tp || got["plain"] != "" {
+			t.Fatalf("RunClaim: trace parents %q, want traced's %q and none for plain", got, tp)
+		}
+	})
+
 	t.Run("RunCreateKeepsTheParent", func(t *testing.T) {
 		t.Parallel()
 		f := setup(t, open)
