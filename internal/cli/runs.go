@@ -148,8 +148,8 @@ func runsMain(args []string, stdout, stderr io.Writer) int {
 		args, stdout, stderr, func(fs *flag.FlagSet) {
 			fs.StringVar(&status, "status", "", "only runs with this status: "+strings.Join(runfilter.Statuses, ", "))
 			fs.StringVar(&workflow, "workflow", "", "only runs of this workflow")
-			fs.StringVar(&step, "step", "", "only runs with a step of this name")
-			fs.StringVar(&errorType, "error-type", "", "only runs whose step failed with this error type")
+			fs.StringVar(&step, "step", "", "only runs with a failing step of this name: it waits for or runs its retry, or failed for good")
+			fs.StringVar(&errorType, "error-type", "", "only runs with a failing step whose last failed attempt had this error type (HTTP503, ...)")
 			fs.StringVar(&since, "since", "", "only runs created at or after this: a time (2026-01-02T15:04:05Z) or a duration back from now (90m, 24h, 7d)")
 			fs.StringVar(&until, "until", "", "only runs created before this, as --since")
 			fs.IntVar(&limit, "limit", 20, "how many runs to list (1 to 1000)")
