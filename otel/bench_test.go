@@ -34,3 +34,19 @@ func BenchmarkOneStepRun(b *testing.B) {
 		tr.RunEnded(reprise.RunEnd{RunID: a.RunID, Workflow: a.Workflow, Status: reprise.RunCompleted, TraceParent: a.TraceParent})
 	}
 }
+
+// BenchmarkChildRun is what tracing adds to a child run beside its own
+// spans: its trace context made when its parent starts it, and its run
+// span with the parent's step span when it ends.
+func BenchmarkChildRun(b *testing.B) {
+	tr := otel.New(sdktrace.WithBatcher(dropSpans{}))
+	b.Cleanup(func() { _ = tr.Shutdown(context.WithoutCancel(b.Context())) })
+	const parent = "r19b2c3d4e5f-0123456789abcdef0123"
+	parentTP := tr.NewTraceParent(parent)
+	b.ReportAllocs()
+	for b.Loop() {
+		tp := tr.ChildTraceParent(parent, parentTP, 1, 2)
+		tr.RunEnded(reprise.RunEnd{RunID: parent + "/2", Workflow: "refund", Status: reprise.RunCompleted,
+			ParentID: parent, TraceParent: tp})
+	}
+}
