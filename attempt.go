@@ -164,6 +164,9 @@ func (e *Engine) nextAttempt(a *attempt, next *store.Task) *attempt {
 	held := e.heldRoomLocked() <= 0
 	delete(e.attempts, a.task.ID)
 	e.roomFreedLocked()
+	if e.evictShort.Load() {
+		e.evictSoon() // the run may wait for something else now
+	}
 	var n *attempt
 	if next != nil && e.running {
 		n = e.newAttemptLocked(next)

@@ -133,6 +133,7 @@ func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p store.RunC
 	if p.First.Finish == nil {
 		e.mu.Lock()
 		e.replayers[r.id] = r
+		e.residentAddedLocked()
 		e.mu.Unlock()
 	}
 	es.created <- &lease

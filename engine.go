@@ -72,6 +72,17 @@ type Config struct {
 	// being offered again: its workers keep dying. Default: 5; negative
 	// never.
 	PoisonAfter int
+	// MaxResidentRuns caps the runs whose workflow code this engine keeps
+	// in memory (a goroutine and the replay state, some 20 KB each). Past
+	// it, runs whose workflow waits for something other than an attempt
+	// of this engine (a backoff, a timer, a signal, a child run, a step in
+	// another process's hands) are evicted, least recently active first,
+	// down to 90% of the cap: the engine keeps their leases, and replays
+	// each from its history when its next event comes. Runs busy in
+	// workflow code or waiting for this engine's attempts are never
+	// evicted, so the cap may be passed while they are many.
+	// Default: 10 × MaxConcurrentSteps, at least 2,000; negative: no cap.
+	MaxResidentRuns int
 	// Observer hears every attempt, decision and run end as the engine
 	// makes it, and when the engine turns busy or idle (see Observer);
 	// its methods must be fast and must not block. Without one, the
@@ -94,7 +105,18 @@ type Engine struct {
 	steps     map[string]*stepEntry
 	remote    map[string]*stepEntry
 	replayers map[string]*replayer // by run id: the runs this engine executes
-	waiters   map[string][]chan *Run
+	// parked holds the runs this engine leases whose replayers it evicted
+	// (park.go); blocks counts the replayers' blocks, to order them by
+	// when they were last active; evictShort says that the last eviction
+	// found too few to evict, so the next block tries again; draining,
+	// that the resident runs passed the limit and are not yet down to the
+	// low water (park.go).
+	parked     map[string]parkedRun
+	draining   bool
+	blocks     atomic.Uint64
+	evictShort atomic.Bool
+	evictc     chan struct{}
+	waiters    map[string][]chan *Run
 	// attempts are the leases this engine holds; inSlots and perStep
 	// count those in slots, waiting the retries waiting for one (see
 	// heldPerSlot).
@@ -182,6 +204,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxConcurrentSteps == 0 {
 		cfg.MaxConcurrentSteps = 100
 	}
+	if cfg.MaxResidentRuns == 0 {
+		cfg.MaxResidentRuns = max(10*cfg.MaxConcurrentSteps, 2000)
+	}
 	if cfg.PoisonAfter == 0 {
 		cfg.PoisonAfter = 5
 	}
@@ -192,6 +217,8 @@ func New(cfg Config) (*Engine, error) {
 		steps:      make(map[string]*stepEntry),
 		remote:     make(map[string]*stepEntry),
 		replayers:  make(map[string]*replayer),
+		parked:     make(map[string]parkedRun),
+		evictc:     make(chan struct{}, 1),
 		waiters:    make(map[string][]chan *Run),
 		attempts:   make(map[int64]*attempt),
 		goroutines: newGopool(time.Second),
@@ -320,6 +347,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.dispatch(ctx) })
 	loops.Go(func() { e.claimRuns(ctx) })
 	loops.Go(func() { e.watchWaiting(ctx) })
+	loops.Go(func() { e.evictRuns(ctx) })
 	if n, ok := e.store.(store.Notifier); ok {
 		loops.Go(func() {
 			if err := n.Listen(ctx, e.notice); err != nil && ctx.Err() == nil {
@@ -332,6 +360,7 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	e.mu.Lock()
 	e.running = false
+	clear(e.parked) // their leases are released below
 	e.mu.Unlock()
 	e.dropWaiting()
 	e.stopRuns(ErrShutdown)
@@ -370,6 +399,8 @@ func (e *Engine) notice(n store.Notice) {
 		}
 		if r := e.replayerFor(n.RunID); r != nil && r.heard(n.Seq) {
 			r.resync()
+		} else if r == nil {
+			e.parkedHeard(n.RunID, n.Seq)
 		}
 	case store.NoticeResync:
 		// Outcomes noticed while the listener was away were lost.
@@ -377,6 +408,7 @@ func (e *Engine) notice(n store.Notice) {
 		for _, r := range e.replayers {
 			r.resync()
 		}
+		e.resyncParkedLocked(e.clock.Now())
 		e.mu.Unlock()
 		fallthrough
 	case store.NoticeRunReady:

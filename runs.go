@@ -139,7 +139,7 @@ func (e *Engine) stopRun(id string) {
 			a.stop(e, ErrCancelled)
 		}
 	}
-	var children []string
+	children := e.unparkLocked(id)
 	for cid, c := range e.replayers {
 		if c.parentID == id {
 			children = append(children, cid)

@@ -60,6 +60,14 @@ func NewMemory(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *E
 	return newEnv(t, cfg, defs, c, memory.New(memory.Options{Now: c.Now}))
 }
 
+// NewStore is New on a store of the test's choosing, whose clock (its
+// Now option) is c: an Env on PostgreSQL, say. The Env closes st when the
+// test ends.
+func NewStore(t testing.TB, cfg *reprise.Config, c *clock.Fake, st store.Store, defs ...reprise.Definition) *Env {
+	t.Helper()
+	return newEnv(t, cfg, defs, c, st)
+}
+
 // newEnv starts an engine on st, whose clock is c, and stops it, and
 // closes st, when the test ends.
 func newEnv(t testing.TB, cfg *reprise.Config, defs []reprise.Definition, c *clock.Fake, st store.Store) *Env {

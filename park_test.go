@@ -1,0 +1,176 @@
+package reprise_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"reprise"
+	"reprise/clock"
+	"reprise/memory"
+	"reprise/postgres"
+	"reprise/reprisetest"
+	"reprise/retry"
+	"reprise/sqlite"
+	"reprise/store"
+)
+
+// fakeStores are the stores TestEvictedRunsResume runs on, each on a fake
+// clock: SQLite and memory always, PostgreSQL when REPRISE_TEST_POSTGRES is
+// set.
+func fakeStores() map[string]func(t *testing.T, c *clock.Fake) store.Store {
+	kinds := map[string]func(t *testing.T, c *clock.Fake) store.Store{
+		"sqlite": func(t *testing.T, c *clock.Fake) store.Store {
+			st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: c.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return st
+		},
+		"memory": func(_ *testing.T, c *clock.Fake) store.Store { return memory.New(memory.Options{Now: c.Now}) },
+	}
+	if dsn := os.Getenv("REPRISE_TEST_POSTGRES"); dsn != "" {
+		kinds["postgres"] = func(t *testing.T, c *clock.Fake) store.Store {
+			schema := fmt.Sprintf("reprise_test_%d_%d", time.Now().UnixNano(), schemas.Add(1))
+			st, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema, Now: c.Now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { dropSchema(t, schema) })
+			return st
+		}
+	}
+	return kinds
+}
+
+// TestEvictedRunsResume: a run evicted from memory in each kind of wait
+// resumes when its wait ends, and its history is the one the same run
+// writes on an engine that never evicts.
+func TestEvictedRunsResume(t *testing.T) {
+	t.Parallel()
+	flaky := failsFirst("park-flaky", "ok", "[retry: 2, backoff: 1h]")
+	echo := reprise.NewStep("park-echo", func(_ context.Context, s string) (string, error) { return s, nil })
+	child := reprise.NewWorkflow("park-child", func(ctx context.Context, _ int) (string, error) {
+		if err := reprise.Sleep(ctx, time.Hour); err != nil {
+			return "", err
+		}
+		return reprise.Step(ctx, echo, "child")
+	})
+	// Each case's workflow waits once in its kind of wait, then runs a
+	// step, so that the revived run does more than finish.
+	cases := []struct {
+		name string
+		wait func(ctx context.Context) (string, error)
+		// act ends the wait from outside, once the run is parked; nil if
+		// the clock does.
+		act func(t *testing.T, env *reprisetest.Env, id string)
+	}{{
+		name: "backoff",
+		wait: func(ctx context.Context) (string, error) { return reprise.Step(ctx, flaky, 0) },
+	}, {
+		name: "timer",
+		wait: func(ctx context.Context) (string, error) {
+			return "slept", reprise.Sleep(ctx, 2*time.Hour)
+		},
+	}, {
+		name: "signal",
+		wait: func(ctx context.Context) (string, error) { return reprise.WaitSignal[string](ctx, "go").Get(ctx) },
+		act: func(t *testing.T, env *reprisetest.Env, id string) {
+			if err := env.Engine.SignalRun(t.Context(), id, "go", "signalled"); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}, {
+		name: "child",
+		wait: func(ctx context.Context) (string, error) {
+			return reprise.ChildRun(ctx, child, 0, retry.Attempts(1, retry.Fixed(time.Minute)))
+		},
+	}, {
+		name: "remote step",
+		wait: func(ctx context.Context) (string, error) {
+			return reprise.Call[string](ctx, "park-pulled", "in")
+		},
+		act: func(t *testing.T, env *reprisetest.Env, id string) {
+			tasks, err := env.Engine.ClaimTasks(t.Context(), "puller", []string{"park-pulled"}, 1)
+			if err != nil || len(tasks) != 1 {
+				t.Fatalf("claim the pulled step: %v, %d tasks", err, len(tasks))
+			}
+			env.Clock.Advance(time.Minute)
+			if err := env.Engine.CompleteTask(t.Context(), tasks[0].ID, tasks[0].Token, []byte(`"pulled"`)); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}}
+	for kind, open := range fakeStores() {
+		for _, tc := range cases {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				wf := reprise.NewWorkflow("park-subject", func(ctx context.Context, _ int) (string, error) {
+					got, err := tc.wait(ctx)
+					if err != nil {
+						return "", err
+					}
+					return reprise.Step(ctx, echo, got+" then echoed")
+				})
+				// idler holds a second resident run, which puts the
+				// engine with room for one over its cap.
+				idler := reprise.NewWorkflow("park-idler", func(ctx context.Context, _ int) (string, error) {
+					return reprise.WaitSignal[string](ctx, "end").Get(ctx)
+				})
+				run := func(capped bool) []string {
+					c := clock.NewFake(reprisetest.Start)
+					cfg := &reprise.Config{MaxResidentRuns: -1}
+					if capped {
+						cfg.MaxResidentRuns = 1
+					}
+					env := reprisetest.NewStore(t, cfg, c, open(t, c), wf, idler, child, flaky, echo)
+					if err := env.Engine.RegisterRemoteStep("park-pulled", nil); err != nil {
+						t.Fatal(err)
+					}
+					if _, _, err := env.Engine.StartRun(t.Context(), "park-subject", nil, reprise.WithRunID("subject")); err != nil {
+						t.Fatal(err)
+					}
+					if _, _, err := env.Engine.StartRun(t.Context(), "park-idler", nil, reprise.WithRunID("idler")); err != nil {
+						t.Fatal(err)
+					}
+					if capped {
+						env.AdvanceUntil(func() bool { return env.Engine.Parked("subject") })
+					} else {
+						env.Settle()
+					}
+					if tc.act != nil {
+						tc.act(t, env, "subject")
+					}
+					if run := env.Wait("subject"); run.Status != reprise.RunCompleted {
+						t.Fatalf("capped %v: run %s: %+v", capped, run.Status, run.Error)
+					}
+					if env.Engine.Parked("subject") {
+						t.Error("a finished run is still parked")
+					}
+					return historyLines(env.History("subject"))
+				}
+				want := run(false)
+				got := run(true)
+				if g, w := strings.Join(got, "\n"), strings.Join(want, "\n"); g != w {
+					t.Errorf("history of the evicted run:\n%s\nwant (never evicted):\n%s", g, w)
+				}
+			})
+		}
+	}
+}
+
+// historyLines is a history as lines a test compares, without what
+// differs between two engines (their ids, tokens).
+func historyLines(events []reprise.Event) []string {
+	lines := make([]string, len(events))
+	start := events[0].At
+	for i, ev := range events {
+		lines[i] = fmt.Sprintf("%d %s +%v pos %d %s attempt %d out %s signal %s child %s",
+			ev.Seq, ev.Type, ev.At.Sub(start), ev.Position, ev.Step, ev.Attempt, ev.Output, ev.Signal, ev.Child)
+	}
+	return lines
+}
