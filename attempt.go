@@ -73,6 +73,7 @@ func (a *attempt) run(ctx context.Context) context.Context {
 func (e *Engine) newAttemptLocked(t *store.Task) *attempt {
 	a := &attempt{task: t}
 	e.attempts[t.ID] = a
+	e.startedLocked(t.RunID)
 	e.watch(t.LeaseUntil) // for the reaper
 	return a
 }

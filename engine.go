@@ -83,6 +83,17 @@ type Config struct {
 	// evicted, so the cap may be passed while they are many.
 	// Default: 10 × MaxConcurrentSteps, at least 2,000; negative: no cap.
 	MaxResidentRuns int
+	// MaxPendingRuns caps the runs started through this engine that wait
+	// to start: StartRun calls under way, and runs whose first steps found
+	// no room and wait in the queue (until one of them is leased, here or
+	// by any worker, or the run hears of an outcome). Past it, StartRun
+	// refuses a new run with ErrBusy; a start whose id exists is never
+	// refused, and a run admitted is never dropped. Runs started while the
+	// engine is not running are created for any engine to claim and are
+	// not counted. Default: 10 × MaxConcurrentSteps (1,000); negative: no
+	// cap, the queue is in the store (bulk loads), and memory stays
+	// bounded by MaxResidentRuns all the same.
+	MaxPendingRuns int
 	// Observer hears every attempt, decision and run end as the engine
 	// makes it, and when the engine turns busy or idle (see Observer);
 	// its methods must be fast and must not block. Without one, the
@@ -111,12 +122,17 @@ type Engine struct {
 	// found too few to evict, so the next block tries again; draining,
 	// that the resident runs passed the limit and are not yet down to the
 	// low water (park.go).
-	parked     map[string]parkedRun
-	draining   bool
-	blocks     atomic.Uint64
-	evictShort atomic.Bool
-	evictc     chan struct{}
-	waiters    map[string][]chan *Run
+	parked map[string]parkedRun
+	// startsUnderWay counts the StartRun calls admitted and not yet
+	// settled, queuedStarts the runs started here whose first steps wait
+	// in the queue (admit.go).
+	startsUnderWay int
+	queuedStarts   map[string]struct{}
+	draining       bool
+	blocks         atomic.Uint64
+	evictShort     atomic.Bool
+	evictc         chan struct{}
+	waiters        map[string][]chan *Run
 	// attempts are the leases this engine holds; inSlots and perStep
 	// count those in slots, waiting the retries waiting for one (see
 	// heldPerSlot).
@@ -204,6 +220,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxConcurrentSteps == 0 {
 		cfg.MaxConcurrentSteps = 100
 	}
+	if cfg.MaxPendingRuns == 0 {
+		cfg.MaxPendingRuns = 10 * cfg.MaxConcurrentSteps
+	}
 	if cfg.MaxResidentRuns == 0 {
 		cfg.MaxResidentRuns = max(10*cfg.MaxConcurrentSteps, 2000)
 	}
@@ -212,22 +231,23 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, id: cfg.WorkerID,
-		policies:   make(map[string]*compiledPolicy),
-		workflows:  make(map[string]*workflowEntry),
-		steps:      make(map[string]*stepEntry),
-		remote:     make(map[string]*stepEntry),
-		replayers:  make(map[string]*replayer),
-		parked:     make(map[string]parkedRun),
-		evictc:     make(chan struct{}, 1),
-		waiters:    make(map[string][]chan *Run),
-		attempts:   make(map[int64]*attempt),
-		goroutines: newGopool(time.Second),
-		perStep:    make(map[string]int),
-		reservedBy: make(map[string]int),
-		gone:       make(map[string]bool),
-		kickc:      make(chan struct{}, 1),
-		claimc:     make(chan struct{}, 1),
-		act:        newActivity(cfg.Observer),
+		policies:     make(map[string]*compiledPolicy),
+		workflows:    make(map[string]*workflowEntry),
+		steps:        make(map[string]*stepEntry),
+		remote:       make(map[string]*stepEntry),
+		replayers:    make(map[string]*replayer),
+		parked:       make(map[string]parkedRun),
+		queuedStarts: make(map[string]struct{}),
+		evictc:       make(chan struct{}, 1),
+		waiters:      make(map[string][]chan *Run),
+		attempts:     make(map[int64]*attempt),
+		goroutines:   newGopool(time.Second),
+		perStep:      make(map[string]int),
+		reservedBy:   make(map[string]int),
+		gone:         make(map[string]bool),
+		kickc:        make(chan struct{}, 1),
+		claimc:       make(chan struct{}, 1),
+		act:          newActivity(cfg.Observer),
 	}
 	def := retry.Default
 	if cfg.DefaultPolicy != nil {
@@ -361,6 +381,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
 	e.running = false
 	clear(e.parked) // their leases are released below
+	clear(e.queuedStarts)
 	e.mu.Unlock()
 	e.dropWaiting()
 	e.stopRuns(ErrShutdown)

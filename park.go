@@ -203,6 +203,7 @@ func (e *Engine) parkReplayer(r *replayer) {
 func (e *Engine) wakeRun(id string, events []Event) {
 	for {
 		e.mu.Lock()
+		e.startedLocked(id)
 		r := e.replayers[id]
 		if r == nil {
 			if p, ok := e.parked[id]; ok && (len(events) == 0 || wakes(events)) {

@@ -183,6 +183,7 @@ func (e *Engine) replayerDone(r *replayer, finished bool) {
 	if e.replayers[r.id] == r {
 		delete(e.replayers, r.id)
 	}
+	e.startedLocked(r.id)
 	e.mu.Unlock()
 	r.cancel(nil)
 	// Waiters skip reading a resident run and count on this: with the end
