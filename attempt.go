@@ -325,6 +325,7 @@ func (e *Engine) finishAttempt(t *store.Task, out json.RawMessage, err error, po
 			for _, ev := range o.Events {
 				if ev.Type == store.EventAttemptFailed && !ev.RetryAt.IsZero() {
 					e.watch(ev.RetryAt) // the retry, ready then
+					e.retryAt(ev.RetryAt)
 				}
 			}
 		}

@@ -182,8 +182,11 @@ type Engine struct {
 	act *activity
 
 	// wakeAt is when the sleeping dispatcher next looks at the store, in
-	// Unix nanoseconds; 0 while it is awake.
-	wakeAt atomic.Int64
+	// Unix nanoseconds; 0 while it is awake. taskDueAt is when the
+	// earliest ready task of the steps this engine runs, as far as it
+	// knows, became or becomes ready; 0 for none (see dueWaiting).
+	wakeAt    atomic.Int64
+	taskDueAt atomic.Int64
 }
 
 // New returns an engine; it does nothing until Run.
