@@ -26,17 +26,18 @@ import (
 // errEvicted is the cause a replayer's context ends with when it is evicted.
 var errEvicted = errors.New("run evicted from memory")
 
-// A parkedRun is what the engine keeps of a run it evicted.
+// A parkedRun is what the engine keeps of a run it evicted: small, as
+// there may be millions. A child run's parent is kept aside, in
+// Engine.parkedParents.
 type parkedRun struct {
 	workflow string
-	parentID string
 	token    int64
 	// seen is the seq up to which the evicted replayer had every event: a
 	// notice of an outcome up to it is old news.
 	seen int64
-	// pollAt and pollEvery pace the reads for outcomes whose notices were
-	// lost (see pollParked).
-	pollAt    time.Time
+	// pollAt (Unix nanoseconds; 0 for not yet planned) and pollEvery pace
+	// the reads for outcomes whose notices were lost (see pollParked).
+	pollAt    int64
 	pollEvery time.Duration
 }
 
@@ -182,13 +183,16 @@ func (e *Engine) parkReplayer(r *replayer) {
 	r.exited, r.parked = true, true
 	r.dropWake()
 	wake := r.stale || r.handed != nil || wakes(r.inbox)
-	p := parkedRun{workflow: r.workflow.name, parentID: r.parentID, token: r.token.Load(), seen: r.seen}
+	p := parkedRun{workflow: r.workflow.name, token: r.token.Load(), seen: r.seen}
 	r.mu.Unlock()
 	if e.replayers[r.id] == r {
 		delete(e.replayers, r.id)
 	}
 	if e.running {
 		e.parked[r.id] = p
+		if r.parentID != "" {
+			e.parkedParents[r.id] = r.parentID
+		}
 	}
 	e.mu.Unlock()
 	e.replayersWG.Done()
@@ -222,11 +226,12 @@ func (e *Engine) wakeRun(id string, events []Event) {
 // and its history before it replays. e.mu must be held.
 func (e *Engine) reviveLocked(id string, p parkedRun) *replayer {
 	delete(e.parked, id)
+	delete(e.parkedParents, id)
 	wf := e.workflows[p.workflow]
 	if wf == nil || !e.running {
 		return nil
 	}
-	r := newReplayer(e, store.RunLease{Run: &Run{ID: id, Workflow: p.workflow, ParentID: p.parentID}, Token: p.token}, wf)
+	r := newReplayer(e, store.RunLease{Run: &Run{ID: id, Workflow: p.workflow}, Token: p.token}, wf)
 	r.revived = true
 	e.replayers[id] = r
 	e.replayersWG.Add(1)
@@ -248,7 +253,8 @@ func (r *replayer) reload() (bool, error) {
 	case run.Status.Final():
 		return false, nil
 	}
-	r.input, r.execution, r.created, r.now = run.Input, max(run.Execution, 1), run.CreatedAt, run.CreatedAt
+	r.input, r.execution, r.parentID = run.Input, max(run.Execution, 1), run.ParentID
+	r.created, r.now = run.CreatedAt, run.CreatedAt
 	return true, nil
 }
 
@@ -260,7 +266,7 @@ func (e *Engine) parkedHeard(id string, seq int64) bool {
 	p, ok := e.parked[id]
 	old := ok && seq != 0 && seq <= p.seen
 	if old {
-		p.pollAt = time.Time{}
+		p.pollAt = 0
 		e.parked[id] = p
 	}
 	e.mu.Unlock()
@@ -279,16 +285,17 @@ func (e *Engine) pollParked(ctx context.Context, now time.Time, first, most time
 		seen int64
 	}
 	var dues []due
+	at := now.UnixNano()
 	e.mu.Lock()
 	for id, p := range e.parked {
 		switch {
-		case p.pollAt.IsZero():
-			p.pollAt, p.pollEvery = now.Add(first), first
-		case now.Before(p.pollAt) || len(dues) == parkedPollBatch:
+		case p.pollAt == 0:
+			p.pollAt, p.pollEvery = now.Add(first).UnixNano(), first
+		case at < p.pollAt || len(dues) == parkedPollBatch:
 			continue
 		default:
 			p.pollEvery = min(2*p.pollEvery, most)
-			p.pollAt = now.Add(p.pollEvery)
+			p.pollAt = now.Add(p.pollEvery).UnixNano()
 			dues = append(dues, due{id, p.seen})
 		}
 		e.parked[id] = p
@@ -319,7 +326,7 @@ func (e *Engine) pollParked(ctx context.Context, now time.Time, first, most time
 // may have been lost; they are not all revived at once.
 func (e *Engine) resyncParkedLocked(now time.Time) {
 	for id, p := range e.parked {
-		p.pollAt, p.pollEvery = now, max(p.pollEvery, e.cfg.PollInterval)
+		p.pollAt, p.pollEvery = now.UnixNano(), max(p.pollEvery, e.cfg.PollInterval)
 		e.parked[id] = p
 	}
 }
@@ -328,8 +335,9 @@ func (e *Engine) resyncParkedLocked(now time.Time) {
 // parked children, which the store cancelled with it. e.mu must be held.
 func (e *Engine) unparkLocked(id string) (children []string) {
 	delete(e.parked, id)
-	for cid, p := range e.parked {
-		if p.parentID == id {
+	delete(e.parkedParents, id)
+	for cid, parent := range e.parkedParents {
+		if parent == id {
 			children = append(children, cid)
 		}
 	}

@@ -174,3 +174,31 @@ func historyLines(events []reprise.Event) []string {
 	}
 	return lines
 }
+
+// TestCancelParkedRuns: cancelling a parked run, whose parked child the
+// store cancels with it, forgets both: nothing of them stays parked.
+func TestCancelParkedRuns(t *testing.T) {
+	t.Parallel()
+	child := reprise.NewWorkflow("parked-child", func(ctx context.Context, _ int) (string, error) {
+		return reprise.WaitSignal[string](ctx, "never").Get(ctx)
+	})
+	parent := reprise.NewWorkflow("parked-parent", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Child(ctx, child, 0).Get(ctx)
+	})
+	env := reprisetest.New(t, &reprise.Config{MaxResidentRuns: 1}, parent, child)
+	if _, _, err := env.Engine.StartRun(t.Context(), parent.Name(), nil, reprise.WithRunID("p")); err != nil {
+		t.Fatal(err)
+	}
+	env.AdvanceUntil(func() bool { return env.Engine.Parked("p") && env.Engine.Parked("p/1") })
+	if err := env.Engine.CancelRun(t.Context(), "p", "test"); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"p", "p/1"} {
+		if env.Engine.Parked(id) {
+			t.Errorf("run %s is still parked after its cancel", id)
+		}
+		if run := env.Wait(id); run.Status != reprise.RunCancelled {
+			t.Errorf("run %s: %s, want cancelled", id, run.Status)
+		}
+	}
+}
