@@ -97,7 +97,7 @@ func RunThroughput(ctx context.Context, e *reprise.Engine, n, concurrency, fail 
 					return
 				}
 				t0 := time.Now()
-				run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+				run, err := startRun(ctx, e, input)
 				if err == nil {
 					run, err = e.WaitRun(ctx, run.ID)
 				}
@@ -120,6 +120,24 @@ func RunThroughput(ctx context.Context, e *reprise.Engine, n, concurrency, fail 
 	}
 	slices.Sort(lat)
 	return Throughput{Runs: n, Attempts: n * (fail + 1), Elapsed: elapsed, P50: pct(lat, 50), P99: pct(lat, 99)}, nil
+}
+
+// startRun starts a one-step run, as a client should: while the engine is
+// busy (reprise.ErrBusy), it tries again a little later.
+func startRun(ctx context.Context, e *reprise.Engine, input json.RawMessage) (*reprise.Run, error) {
+	for {
+		run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+		if !errors.Is(err, reprise.ErrBusy) {
+			return run, err
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-t.C:
+		}
+	}
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -148,7 +166,7 @@ func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Dura
 	input, _ := json.Marshal(runInput{Fail: 1, Policy: pol})
 	ids := make([]string, n)
 	for i := range n {
-		run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+		run, err := startRun(ctx, e, input)
 		if err != nil {
 			return Lateness{}, err
 		}
@@ -211,7 +229,7 @@ func RunParked(ctx context.Context, e *reprise.Engine, st store.Store, n int) (P
 	input, _ := json.Marshal(runInput{Fail: 1, Policy: "[retry: 1, backoff: 1h]"})
 	base := failures.Load()
 	for range n {
-		if _, _, err := e.StartRun(ctx, oneStep.Name(), input); err != nil {
+		if _, err := startRun(ctx, e, input); err != nil {
 			return Parked{}, err
 		}
 	}
