@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -38,33 +37,9 @@ func TestStartWhileBusy(t *testing.T) {
 	wf := reprise.NewWorkflow("busy-one", func(ctx context.Context, n int) (int, error) {
 		return reprise.Step(ctx, held, n)
 	})
-	e, err := reprise.New(reprise.Config{Store: st, MaxConcurrentSteps: 1, MaxPendingRuns: 1, ShutdownGrace: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(wf, held); err != nil {
-		t.Fatal(err)
-	}
-	h, err := NewHandler(e, st, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewServer(h)
-	c, err := NewClient(hs.URL, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		c.Close()
-		hs.Close()
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("engine: %v", err)
-		}
-	})
+	s := serveEngine(t, reprise.Config{Store: st, MaxConcurrentSteps: 1, MaxPendingRuns: 1, ShutdownGrace: time.Second},
+		true, Options{}, wf, held)
+	e, c := s.e, s.c
 
 	// Starts made before the engine runs are created for any engine to
 	// claim, and not counted: there may be a few.
@@ -84,7 +59,7 @@ func TestStartWhileBusy(t *testing.T) {
 		t.Fatal("200 starts admitted; want ErrBusy past MaxPendingRuns")
 	}
 	body := `{"workflow": "busy-one", "input": 1}`
-	resp, err := http.Post(hs.URL+"/v1/runs", "application/json", strings.NewReader(body))
+	resp, err := http.Post(s.url+"/v1/runs", "application/json", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
