@@ -20,10 +20,12 @@ import (
 )
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N]")
+	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--flood D] [--max-pending-runs N]")
 	runs := fs.Int("runs", 20000, "one-step runs per throughput workload")
 	parked := fs.Int("parked", 10000, "runs to park in backoff for the memory figure (0 to skip)")
 	lateness := fs.Int("lateness", 1000, "runs in backoff for the retry lateness figure (0 to skip)")
+	flood := fs.Duration("flood", 0, "how long 8 clients start runs as fast as they can, for the figures of a flood of starts (0 to skip)")
+	maxPending := fs.Int("max-pending-runs", 0, "the engine's MaxPendingRuns: runs waiting to start past which starts are refused as busy (0: the default; -1: no cap)")
 	db := fs.String("db", "", "database: a SQLite file (the runs stay in it), or a postgres:// URL, where each workload\n"+
 		"runs in a schema of its own, dropped after (default: a fresh SQLite file in a temporary directory)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
@@ -33,9 +35,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	if *runs < 1 || *parked < 0 || *lateness < 0 {
-		return usageErrorf(fs, stderr, "--runs must be positive, --parked and --lateness not negative")
+	if *runs < 1 || *parked < 0 || *lateness < 0 || *flood < 0 || *maxPending < -1 {
+		return usageErrorf(fs, stderr, "--runs must be positive, --parked, --lateness and --flood not negative, --max-pending-runs -1 or more")
 	}
+	cfg := reprise.Config{MaxConcurrentSteps: 256, MaxPendingRuns: *maxPending}
 	ctx := context.Background()
 	fmt.Fprintf(stdout, "reprise bench: %d-core machine, one engine process\n\n", numCPU())
 	workloads := []struct {
@@ -51,7 +54,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if w.concurrency == 1 {
 			n = max(1, n/10)
 		}
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, _ store.Store) error {
+		err := withEngine(ctx, *db, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
 			res, err := bench.RunThroughput(ctx, e, n, w.concurrency, w.fail)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", w.name+":", res)
@@ -64,7 +67,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *lateness > 0 {
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, _ store.Store) error {
+		err := withEngine(ctx, *db, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
 			res, err := bench.RunLateness(ctx, e, *lateness, 2*time.Second)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "retry lateness, backoffs spread over 1-2s:", res)
@@ -78,8 +81,21 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 	}
+	if *flood > 0 {
+		err := withEngine(ctx, *db, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
+			res, err := bench.RunFlood(ctx, e, 8, *flood)
+			if err == nil {
+				fmt.Fprintf(stdout, "%-56s %s\n", "flood of starts:", res)
+			}
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "reprise bench: flood: %v\n", err)
+			return exitFail
+		}
+	}
 	if *parked > 0 {
-		err := withEngine(ctx, *db, stderr, func(e *reprise.Engine, st store.Store) error {
+		err := withEngine(ctx, *db, cfg, stderr, func(e *reprise.Engine, st store.Store) error {
 			res, err := bench.RunParked(ctx, e, st, *parked)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "memory:", res)
@@ -94,9 +110,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// withEngine runs fn against a running engine on a fresh database (or db),
-// and the engine's store.
-func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*reprise.Engine, store.Store) error) error {
+// withEngine runs fn against a running engine configured by cfg on a
+// fresh database (or db), and the engine's store.
+func withEngine(ctx context.Context, db string, cfg reprise.Config, stderr io.Writer, fn func(*reprise.Engine, store.Store) error) error {
 	var st store.Store
 	var err error
 	switch {
@@ -124,7 +140,8 @@ func withEngine(ctx context.Context, db string, stderr io.Writer, fn func(*repri
 		return err
 	}
 	defer st.Close()
-	e, err := reprise.New(reprise.Config{Store: st, MaxConcurrentSteps: 256})
+	cfg.Store = st
+	e, err := reprise.New(cfg)
 	if err != nil {
 		return err
 	}
