@@ -46,13 +46,28 @@ type parkedRun struct {
 // run that blocks.
 const evictLowWater = 0.9
 
+// evictPause is the least time between two passes of evictRuns.
+const evictPause = 20 * time.Millisecond
+
+// evictMinWait is how far off a run's retry must be for the run to be
+// evicted: one that hears of its step sooner would be replayed at once,
+// a replay spent to save its memory for a moment.
+const evictMinWait = 2 * time.Second
+
 // parkedPollBatch caps the parked runs whose histories one pass of
 // pollParked reads, so that many parked runs do not hold up claims.
 const parkedPollBatch = 200
 
 // evictRuns evicts resident runs while more than MaxResidentRuns are
-// resident, each time it is poked (see evictSoon).
+// resident, each time it is poked (see evictSoon), at most once every
+// evictPause: a pass looks at every resident run, and while it cannot
+// evict enough, every run that blocks pokes it again.
 func (e *Engine) evictRuns(ctx context.Context) {
+	// The pause paces the work, on the machine's time: it is no part of
+	// what the engine does when, and a pass poked meanwhile keeps the
+	// engine busy until it is done, so a fake clock waits for it.
+	pause := time.NewTimer(0)
+	defer pause.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -66,6 +81,11 @@ func (e *Engine) evictRuns(ctx context.Context) {
 		}
 		e.evictOnce()
 		e.act.add(-1) // added by evictSoon
+		pause.Reset(evictPause)
+		select {
+		case <-ctx.Done():
+		case <-pause.C:
+		}
 	}
 }
 
@@ -121,11 +141,12 @@ func (e *Engine) evictOnce() {
 		local[a.task.RunID] = true
 	}
 	var cands []candidate
+	soon := e.clock.Now().Add(evictMinWait)
 	for id, r := range e.replayers {
 		if local[id] {
 			continue
 		}
-		if since, ok := r.idleSince(); ok {
+		if since, ok := r.idleSince(soon); ok {
 			cands = append(cands, candidate{r, since})
 		}
 	}
@@ -149,12 +170,24 @@ func (e *Engine) evictOnce() {
 }
 
 // idleSince reports whether the replayer's workflow is blocked with
-// nothing to take, and since when (an order, not a time).
-func (r *replayer) idleSince() (uint64, bool) {
+// nothing to take and no retry due before soon, and since when (an
+// order, not a time).
+func (r *replayer) idleSince(soon time.Time) (uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	ok := r.blocked && !r.evicting && r.handed == nil && !r.stale && len(r.wake) == 0 && !r.exited
-	return r.blockedAt, ok
+	return r.blockedAt, ok && !retrySoon(r.inbox, soon)
+}
+
+// retrySoon reports whether the last of events that plans a retry plans
+// it before soon: the run is about to hear of its step again.
+func retrySoon(events []Event, soon time.Time) bool {
+	for i := len(events) - 1; i >= 0; i-- {
+		if ev := &events[i]; ev.Type == store.EventAttemptFailed && !ev.RetryAt.IsZero() {
+			return ev.RetryAt.Before(soon)
+		}
+	}
+	return false
 }
 
 // evict ends the replayer's goroutine at its wait, unless something came

@@ -20,11 +20,13 @@ import (
 )
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--flood D] [--max-pending-runs N]")
+	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--flood D]\n"+
+		"       [--max-pending-runs N] [--max-resident-runs N]")
 	runs := fs.Int("runs", 20000, "one-step runs per throughput workload")
 	parked := fs.Int("parked", 10000, "runs to park in backoff for the memory figure (0 to skip)")
 	lateness := fs.Int("lateness", 1000, "runs in backoff for the retry lateness figure (0 to skip)")
 	flood := fs.Duration("flood", 0, "how long 8 clients start runs as fast as they can, for the figures of a flood of starts (0 to skip)")
+	maxResident := fs.Int("max-resident-runs", 0, "the engine's MaxResidentRuns: resident runs past which waiting ones are evicted (0: the default; -1: no cap)")
 	maxPending := fs.Int("max-pending-runs", 0, "the engine's MaxPendingRuns: runs waiting to start past which starts are refused as busy (0: the default; -1: no cap)")
 	db := fs.String("db", "", "database: a SQLite file (the runs stay in it), or a postgres:// URL, where each workload\n"+
 		"runs in a schema of its own, dropped after (default: a fresh SQLite file in a temporary directory)")
@@ -35,10 +37,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	if *runs < 1 || *parked < 0 || *lateness < 0 || *flood < 0 || *maxPending < -1 {
-		return usageErrorf(fs, stderr, "--runs must be positive, --parked, --lateness and --flood not negative, --max-pending-runs -1 or more")
+	if *runs < 1 || *parked < 0 || *lateness < 0 || *flood < 0 || *maxPending < -1 || *maxResident < -1 {
+		return usageErrorf(fs, stderr, "--runs must be positive, --parked, --lateness and --flood not negative, --max-pending-runs and --max-resident-runs -1 or more")
 	}
-	cfg := reprise.Config{MaxConcurrentSteps: 256, MaxPendingRuns: *maxPending}
+	cfg := reprise.Config{MaxConcurrentSteps: 256, MaxPendingRuns: *maxPending, MaxResidentRuns: *maxResident}
 	ctx := context.Background()
 	fmt.Fprintf(stdout, "reprise bench: %d-core machine, one engine process\n\n", numCPU())
 	workloads := []struct {
