@@ -47,6 +47,7 @@ func TestDueRetryGoesBeforeLaterStarts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { db.Close() })
 	st := &holdsClaims{Store: db, armed: make(chan struct{}, 1), entered: make(chan struct{}), release: make(chan struct{})}
 	var mu sync.Mutex
 	var started []string // "run#attempt", in the order attempts started
@@ -71,7 +72,7 @@ func TestDueRetryGoesBeforeLaterStarts(t *testing.T) {
 	wf := reprise.NewWorkflow("due-one", func(ctx context.Context, name string) (string, error) {
 		return reprise.Step(ctx, step, name)
 	})
-	env := reprisetest.NewStore(t, &reprise.Config{MaxConcurrentSteps: 1}, c, st, wf, step) // closes st
+	env := reprisetest.NewOn(t, st, c, &reprise.Config{MaxConcurrentSteps: 1}, wf, step)
 	start := func(name string) {
 		t.Helper()
 		if _, _, err := env.Engine.StartRun(t.Context(), wf.Name(), fmt.Appendf(nil, "%q", name), reprise.WithRunID(name)); err != nil {

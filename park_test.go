@@ -21,7 +21,7 @@ import (
 
 // fakeStores are the stores TestEvictedRunsResume runs on, each on a fake
 // clock: SQLite and memory always, PostgreSQL when REPRISE_TEST_POSTGRES is
-// set.
+// set. Each is closed when the test ends.
 func fakeStores() map[string]func(t *testing.T, c *clock.Fake) store.Store {
 	kinds := map[string]func(t *testing.T, c *clock.Fake) store.Store{
 		"sqlite": func(t *testing.T, c *clock.Fake) store.Store {
@@ -29,9 +29,14 @@ func fakeStores() map[string]func(t *testing.T, c *clock.Fake) store.Store {
 			if err != nil {
 				t.Fatal(err)
 			}
+			t.Cleanup(func() { st.Close() })
 			return st
 		},
-		"memory": func(_ *testing.T, c *clock.Fake) store.Store { return memory.New(memory.Options{Now: c.Now}) },
+		"memory": func(t *testing.T, c *clock.Fake) store.Store {
+			st := memory.New(memory.Options{Now: c.Now})
+			t.Cleanup(func() { st.Close() })
+			return st
+		},
 	}
 	if dsn := os.Getenv("REPRISE_TEST_POSTGRES"); dsn != "" {
 		kinds["postgres"] = func(t *testing.T, c *clock.Fake) store.Store {
@@ -40,7 +45,10 @@ func fakeStores() map[string]func(t *testing.T, c *clock.Fake) store.Store {
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { dropSchema(t, schema) })
+			t.Cleanup(func() {
+				st.Close()
+				dropSchema(t, schema)
+			})
 			return st
 		}
 	}
@@ -127,7 +135,7 @@ func TestEvictedRunsResume(t *testing.T) {
 					if capped {
 						cfg.MaxResidentRuns = 1
 					}
-					env := reprisetest.NewStore(t, cfg, c, open(t, c), wf, idler, child, flaky, echo)
+					env := reprisetest.NewOn(t, open(t, c), c, cfg, wf, idler, child, flaky, echo)
 					if err := env.Engine.RegisterRemoteStep("park-pulled", nil); err != nil {
 						t.Fatal(err)
 					}

@@ -60,12 +60,15 @@ func NewMemory(t testing.TB, cfg *reprise.Config, defs ...reprise.Definition) *E
 	return newEnv(t, cfg, defs, c, memory.New(memory.Options{Now: c.Now}))
 }
 
-// NewStore is New on a store of the test's choosing, whose clock (its
-// Now option) is c: an Env on PostgreSQL, say. The Env closes st when the
-// test ends.
-func NewStore(t testing.TB, cfg *reprise.Config, c *clock.Fake, st store.Store, defs ...reprise.Definition) *Env {
+// NewOn is New on a store the caller opened on c's clock (PostgreSQL, say:
+// postgres.Options.Now = c.Now), and closes when the test ends, after the
+// engine stops (register the close with t.Cleanup before calling NewOn).
+func NewOn(t testing.TB, st store.Store, c *clock.Fake, cfg *reprise.Config, defs ...reprise.Definition) *Env {
 	t.Helper()
-	return newEnv(t, cfg, defs, c, st)
+	env := &Env{Clock: c, Store: st, t: t}
+	env.start(cfg, defs)
+	t.Cleanup(env.Stop)
+	return env
 }
 
 // newEnv starts an engine on st, whose clock is c, and stops it, and
