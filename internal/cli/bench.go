@@ -20,11 +20,12 @@ import (
 )
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--flood D]\n"+
+	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--lateness-backoff D] [--flood D]\n"+
 		"       [--max-pending-runs N] [--max-resident-runs N]")
 	runs := fs.Int("runs", 20000, "one-step runs per throughput workload")
 	parked := fs.Int("parked", 10000, "runs to park in backoff for the memory figure (0 to skip)")
 	lateness := fs.Int("lateness", 1000, "runs in backoff for the retry lateness figure (0 to skip)")
+	latenessBackoff := fs.Duration("lateness-backoff", 2*time.Second, "the longest backoff of the retry lateness figure; backoffs spread over its second half")
 	flood := fs.Duration("flood", 0, "how long 8 clients start runs as fast as they can, for the figures of a flood of starts (0 to skip)")
 	maxResident := fs.Int("max-resident-runs", 0, "the engine's MaxResidentRuns: resident runs past which waiting ones are evicted (0: the default; -1: no cap)")
 	maxPending := fs.Int("max-pending-runs", 0, "the engine's MaxPendingRuns: runs waiting to start past which starts are refused as busy (0: the default; -1: no cap)")
@@ -37,8 +38,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	if *runs < 1 || *parked < 0 || *lateness < 0 || *flood < 0 || *maxPending < -1 || *maxResident < -1 {
-		return usageErrorf(fs, stderr, "--runs must be positive, --parked, --lateness and --flood not negative, --max-pending-runs and --max-resident-runs -1 or more")
+	if *runs < 1 || *parked < 0 || *lateness < 0 || *flood < 0 || *latenessBackoff <= 0 || *maxPending < -1 || *maxResident < -1 {
+		return usageErrorf(fs, stderr, "--runs and --lateness-backoff must be positive, --parked, --lateness and --flood not negative, --max-pending-runs and --max-resident-runs -1 or more")
 	}
 	cfg := reprise.Config{MaxConcurrentSteps: 256, MaxPendingRuns: *maxPending, MaxResidentRuns: *maxResident}
 	ctx := context.Background()
@@ -70,9 +71,9 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if *lateness > 0 {
 		err := withEngine(ctx, *db, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
-			res, err := bench.RunLateness(ctx, e, *lateness, 2*time.Second)
+			res, err := bench.RunLateness(ctx, e, *lateness, *latenessBackoff)
 			if err == nil {
-				fmt.Fprintf(stdout, "%-56s %s\n", "retry lateness, backoffs spread over 1-2s:", res)
+				fmt.Fprintf(stdout, "%-56s %s\n", fmt.Sprintf("retry lateness, backoffs spread over %v-%v:", *latenessBackoff/2, *latenessBackoff), res)
 				p50, p99, most := bench.SleepJitter(1000)
 				fmt.Fprintf(stdout, "%-56s p50 %v p99 %v max %v\n", "  the machine's own lateness, waking from 1 ms sleeps:", p50, p99, most)
 			}
