@@ -210,3 +210,50 @@ func TestCancelParkedRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestParkedRunHearsOfAnotherProcess: a parked run whose step another
+// process completed, writing to the store directly, is revived by the
+// notice of that outcome, and not by a notice of what it had seen.
+func TestParkedRunHearsOfAnotherProcess(t *testing.T) {
+	t.Parallel()
+	wf := reprise.NewWorkflow("parked-remote", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Call[string](ctx, "elsewhere", 0)
+	})
+	idler := reprise.NewWorkflow("parked-idler", func(ctx context.Context, _ int) (string, error) {
+		return reprise.WaitSignal[string](ctx, "end").Get(ctx)
+	})
+	env := reprisetest.NewMemory(t, &reprise.Config{MaxResidentRuns: 1}, wf, idler)
+	if err := env.Engine.RegisterRemoteStep("elsewhere", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, start := range []struct{ wf, id string }{{wf.Name(), "r"}, {idler.Name(), "idler"}} {
+		if _, _, err := env.Engine.StartRun(t.Context(), start.wf, nil, reprise.WithRunID(start.id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env.AdvanceUntil(func() bool { return env.Engine.Parked("r") })
+	seen := env.History("r")
+	// A notice of what the run had seen revives nothing.
+	env.Engine.Notify(store.Notice{Kind: store.NoticeOutcome, RunID: "r", Owner: env.Engine.WorkerID(), Seq: seen[len(seen)-1].Seq})
+	env.Settle()
+	if !env.Engine.Parked("r") {
+		t.Fatal("a notice of old news revived the run")
+	}
+	// Another process claims and completes the step, straight in the
+	// store: this engine hears of it only by the notice.
+	tasks, err := env.Store.TaskClaim(t.Context(), &store.TaskClaimParams{Owner: "other-process",
+		Steps: []store.StepQuota{{Name: "elsewhere", Limit: 1}}, LeaseTTL: time.Minute})
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("claim: %v, %d tasks", err, len(tasks))
+	}
+	o, err := env.Store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: tasks[0].ID, Token: tasks[0].Token,
+		Output: []byte(`"done elsewhere"`), Attempt: tasks[0].Attempt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := o.Events[len(o.Events)-1].Seq
+	env.Engine.Notify(store.Notice{Kind: store.NoticeOutcome, RunID: "r", Owner: o.Owner, Seq: last})
+	if run := env.Wait("r"); run.Status != reprise.RunCompleted || string(run.Output) != `"done elsewhere"` {
+		t.Fatalf("run %s, output %s", run.Status, run.Output)
+	}
+}
