@@ -257,3 +257,77 @@ func TestParkedRunHearsOfAnotherProcess(t *testing.T) {
 		t.Fatalf("run %s, output %s", run.Status, run.Output)
 	}
 }
+
+// silentNotifier is a store that says it sends notices and never does:
+// every notice is lost.
+type silentNotifier struct{ store.Store }
+
+func (silentNotifier) Listen(ctx context.Context, _ func(store.Notice)) error {
+	<-ctx.Done()
+	return nil
+}
+
+// TestParkedRunPollsForLostNotices: a parked run whose step another
+// process completed, and whose notice was lost, reads its history now
+// and then, and goes on.
+func TestParkedRunPollsForLostNotices(t *testing.T) {
+	t.Parallel()
+	wf := reprise.NewWorkflow("parked-polls", func(ctx context.Context, _ int) (string, error) {
+		return reprise.Call[string](ctx, "elsewhere", 0)
+	})
+	idler := reprise.NewWorkflow("parked-idler", func(ctx context.Context, _ int) (string, error) {
+		return reprise.WaitSignal[string](ctx, "end").Get(ctx)
+	})
+	c := clock.NewFake(reprisetest.Start)
+	st := memory.New(memory.Options{Now: c.Now})
+	t.Cleanup(func() { st.Close() })
+	// reprisetest.NewOn would hide the store's Listen: the clock is moved
+	// here, each time the engine has done what the last move brought.
+	o := &idleness{}
+	e := reprisetest.Run(t, reprise.Config{Store: silentNotifier{st}, Clock: c, Observer: o, MaxResidentRuns: 1,
+		RunLeaseTTL: time.Minute, PollInterval: time.Second}, wf, idler)
+	if err := e.RegisterRemoteStep("elsewhere", nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, start := range []struct{ wf, id string }{{wf.Name(), "r"}, {idler.Name(), "idler"}} {
+		if _, _, err := e.StartRun(t.Context(), start.wf, nil, reprise.WithRunID(start.id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return e.Parked("r") })
+	tasks, err := st.TaskClaim(t.Context(), &store.TaskClaimParams{Owner: "other-process",
+		Steps: []store.StepQuota{{Name: "elsewhere", Limit: 1}}, LeaseTTL: time.Hour})
+	if err != nil || len(tasks) != 1 {
+		t.Fatalf("claim: %v, %d tasks", err, len(tasks))
+	}
+	if _, err := st.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: tasks[0].ID, Token: tasks[0].Token,
+		Output: []byte(`"done elsewhere"`), Attempt: tasks[0].Attempt}); err != nil {
+		t.Fatal(err)
+	}
+	finished := func() bool {
+		run, err := st.RunGet(t.Context(), "r")
+		return err == nil && run.Status.Final()
+	}
+	// A second at a time, up to two RunLeaseTTLs: the parked run polls a
+	// third of RunLeaseTTL after it parked, then less often.
+	for i := 0; i < 120 && !finished(); i++ {
+		c.Advance(time.Second)
+		still := 0
+		waitFor(t, func() bool { // the engine took the time and is idle again, a few looks in a row
+			if c.Pending() == 0 && o.idle() {
+				still++
+			} else {
+				still = 0
+			}
+			return still >= 5
+		})
+	}
+	waitFor(t, finished)
+	run, err := st.RunGet(t.Context(), "r")
+	if err != nil || run.Status != reprise.RunCompleted || string(run.Output) != `"done elsewhere"` {
+		t.Fatalf("run %+v, %v", run, err)
+	}
+	if took := c.Now().Sub(reprisetest.Start); took > time.Minute {
+		t.Errorf("the run heard of its step %v after it parked; want its first poll, a third of RunLeaseTTL", took)
+	}
+}
