@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"reprise/postgres"
 	"reprise/reprisetest"
 	"reprise/retry"
+	"reprise/sqlite"
 	"reprise/store"
 )
 
@@ -428,11 +430,11 @@ func TestVersioningKeepsOldRunsOnTheOldBranch(t *testing.T) {
 	}
 }
 
-// A storeKind opens a store of one kind for a test, closed (and dropped)
-// when the test ends.
+// A storeKind opens a store of one kind for a test, on the clock now (nil:
+// the store's own), closed (and dropped) when the test ends.
 type storeKind struct {
 	name string
-	open func(t *testing.T) store.Store
+	open func(t *testing.T, now func() time.Time) store.Store
 }
 
 var schemas atomic.Int64
@@ -442,17 +444,24 @@ var schemas atomic.Int64
 // in a schema of the test's own.
 func storeKinds() []storeKind {
 	kinds := []storeKind{
-		{"sqlite", func(t *testing.T) store.Store { return tempSQLite(t) }},
-		{"memory", func(t *testing.T) store.Store {
-			st := memory.New(memory.Options{})
+		{"sqlite", func(t *testing.T, now func() time.Time) store.Store {
+			db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { db.Close() })
+			return db
+		}},
+		{"memory", func(t *testing.T, now func() time.Time) store.Store {
+			st := memory.New(memory.Options{Now: now})
 			t.Cleanup(func() { st.Close() })
 			return st
 		}},
 	}
 	if dsn := os.Getenv("REPRISE_TEST_POSTGRES"); dsn != "" {
-		kinds = append(kinds, storeKind{"postgres", func(t *testing.T) store.Store {
+		kinds = append(kinds, storeKind{"postgres", func(t *testing.T, now func() time.Time) store.Store {
 			schema := fmt.Sprintf("reprise_test_%d_%d", time.Now().UnixNano(), schemas.Add(1))
-			st, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema})
+			st, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema, Now: now})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -476,7 +485,7 @@ func TestVersionMarkersReachTheHistoryAtTheEnd(t *testing.T) {
 	for _, kind := range storeKinds() {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Parallel()
-			testVersionMarkersAtTheEnd(t, kind.open(t))
+			testVersionMarkersAtTheEnd(t, kind.open(t, nil))
 		})
 	}
 }

@@ -3,8 +3,6 @@ package reprise_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,48 +10,10 @@ import (
 	"reprise"
 	"reprise/clock"
 	"reprise/memory"
-	"reprise/postgres"
 	"reprise/reprisetest"
 	"reprise/retry"
-	"reprise/sqlite"
 	"reprise/store"
 )
-
-// fakeStores are the stores TestEvictedRunsResume runs on, each on a fake
-// clock: SQLite and memory always, PostgreSQL when REPRISE_TEST_POSTGRES is
-// set. Each is closed when the test ends.
-func fakeStores() map[string]func(t *testing.T, c *clock.Fake) store.Store {
-	kinds := map[string]func(t *testing.T, c *clock.Fake) store.Store{
-		"sqlite": func(t *testing.T, c *clock.Fake) store.Store {
-			st, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: c.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		},
-		"memory": func(t *testing.T, c *clock.Fake) store.Store {
-			st := memory.New(memory.Options{Now: c.Now})
-			t.Cleanup(func() { st.Close() })
-			return st
-		},
-	}
-	if dsn := os.Getenv("REPRISE_TEST_POSTGRES"); dsn != "" {
-		kinds["postgres"] = func(t *testing.T, c *clock.Fake) store.Store {
-			schema := fmt.Sprintf("reprise_test_%d_%d", time.Now().UnixNano(), schemas.Add(1))
-			st, err := postgres.Open(t.Context(), dsn, &postgres.Options{Schema: schema, Now: c.Now})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				st.Close()
-				dropSchema(t, schema)
-			})
-			return st
-		}
-	}
-	return kinds
-}
 
 // TestEvictedRunsResume: a run evicted from memory in each kind of wait
 // resumes when its wait ends, and its history is the one the same run
@@ -113,9 +73,9 @@ func TestEvictedRunsResume(t *testing.T) {
 			}
 		},
 	}}
-	for kind, open := range fakeStores() {
+	for _, kind := range storeKinds() {
 		for _, tc := range cases {
-			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+			t.Run(kind.name+"/"+tc.name, func(t *testing.T) {
 				t.Parallel()
 				wf := reprise.NewWorkflow("park-subject", func(ctx context.Context, _ int) (string, error) {
 					got, err := tc.wait(ctx)
@@ -135,7 +95,7 @@ func TestEvictedRunsResume(t *testing.T) {
 					if capped {
 						cfg.MaxResidentRuns = 1
 					}
-					env := reprisetest.NewOn(t, open(t, c), c, cfg, wf, idler, child, flaky, echo)
+					env := reprisetest.NewOn(t, kind.open(t, c.Now), c, cfg, wf, idler, child, flaky, echo)
 					if err := env.Engine.RegisterRemoteStep("park-pulled", nil); err != nil {
 						t.Fatal(err)
 					}
