@@ -4,16 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"reprise"
-	"reprise/clock"
 	"reprise/reprisetest"
-	"reprise/sqlite"
 	"reprise/store"
 )
 
@@ -42,12 +39,7 @@ func (s *holdsClaims) TaskClaim(ctx context.Context, p *store.TaskClaimParams) (
 // dispatcher has claimed the retry.
 func TestDueRetryGoesBeforeLaterStarts(t *testing.T) {
 	t.Parallel()
-	c := clock.NewFake(reprisetest.Start)
-	db, err := sqlite.Open(t.Context(), filepath.Join(t.TempDir(), "reprise.db"), &sqlite.Options{Now: c.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
+	c, db := fakeSQLite(t)
 	st := &holdsClaims{Store: db, armed: make(chan struct{}, 1), entered: make(chan struct{}), release: make(chan struct{})}
 	var mu sync.Mutex
 	var started []string // "run#attempt", in the order attempts started
