@@ -73,6 +73,7 @@ func (a *attempt) run(ctx context.Context) context.Context {
 func (e *Engine) newAttemptLocked(t *store.Task) *attempt {
 	a := &attempt{task: t}
 	e.attempts[t.ID] = a
+	e.startedLocked(t.RunID)
 	e.watch(t.LeaseUntil) // for the reaper
 	return a
 }
@@ -164,6 +165,9 @@ func (e *Engine) nextAttempt(a *attempt, next *store.Task) *attempt {
 	held := e.heldRoomLocked() <= 0
 	delete(e.attempts, a.task.ID)
 	e.roomFreedLocked()
+	if e.evictShort.Load() {
+		e.evictSoon() // the run may wait for something else now
+	}
 	var n *attempt
 	if next != nil && e.running {
 		n = e.newAttemptLocked(next)
@@ -329,6 +333,7 @@ func (e *Engine) finishAttempt(t *store.Task, out json.RawMessage, err error, po
 			for _, ev := range o.Events {
 				if ev.Type == store.EventAttemptFailed && !ev.RetryAt.IsZero() {
 					e.watch(ev.RetryAt) // the retry, ready then
+					e.retryAt(ev.RetryAt)
 				}
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"reprise"
 	"reprise/internal/bench"
+	"reprise/reprisetest"
 	"reprise/sqlite"
 )
 
@@ -82,5 +83,50 @@ func BenchmarkRetryLateness(b *testing.B) {
 		// The machine's own wake-up lateness, the floor under the above.
 		_, p99, _ := bench.SleepJitter(1000)
 		b.ReportMetric(float64(p99.Microseconds()), "sleep-p99-µs")
+	}
+}
+
+// BenchmarkRevive measures what a parked run costs when its wait ends:
+// runs wait for a signal, all resident or nearly all parked (evicted, see
+// MaxResidentRuns), and each op signals one and it finishes. The
+// difference between the two is the cost of reviving a run: reading it and
+// its history, and replaying its workflow to its wait.
+func BenchmarkRevive(b *testing.B) {
+	wf := reprise.NewWorkflow("bench-signalled", func(ctx context.Context, _ int) (int, error) {
+		return reprise.WaitSignal[int](ctx, "go").Get(ctx)
+	})
+	for _, bc := range []struct {
+		name     string
+		resident int
+	}{{"resident", -1}, {"parked", 100}} {
+		b.Run(bc.name, func(b *testing.B) {
+			st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e := reprisetest.Run(b, reprise.Config{Store: st, MaxResidentRuns: bc.resident}, wf)
+			b.Cleanup(func() { st.Close() })
+			ids := make([]string, b.N)
+			for i := range ids {
+				h, err := wf.Start(b.Context(), e, 0)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids[i] = h.ID
+			}
+			b.ResetTimer()
+			cpu := bench.CPUTime()
+			for _, id := range ids {
+				if err := e.SignalRun(b.Context(), id, "go", 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for _, id := range ids {
+				if _, err := e.WaitRun(b.Context(), id); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64((bench.CPUTime()-cpu).Microseconds())/float64(b.N), "cpu-µs/run")
+		})
 	}
 }

@@ -98,7 +98,28 @@ func (e *Engine) nextWake(ctx context.Context, now time.Time) store.Wake {
 		e.log.Warn("next wake", "err", err)
 		return store.Wake{Task: now.Add(e.cfg.PollInterval)}
 	}
+	var at int64
+	if !wake.Task.IsZero() {
+		at = wake.Task.UnixNano()
+	}
+	e.taskDueAt.Store(at)
 	return wake
+}
+
+// dueWaiting reports whether a ready task of a step this engine runs is
+// due and waits in the queue, as far as the engine knows: the earliest
+// ready time of the dispatcher's last look, or of a retry written since,
+// has passed.
+func (e *Engine) dueWaiting() bool {
+	at := e.taskDueAt.Load()
+	return at != 0 && at <= e.clock.Now().UnixNano()
+}
+
+// retryAt notes a retry that becomes ready at t, for dueWaiting.
+func (e *Engine) retryAt(t time.Time) {
+	at := t.UnixNano()
+	for old := e.taskDueAt.Load(); (old == 0 || at < old) && !e.taskDueAt.CompareAndSwap(old, at); old = e.taskDueAt.Load() {
+	}
 }
 
 func due(at, now time.Time) bool { return !at.IsZero() && !at.After(now) }

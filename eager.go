@@ -57,8 +57,11 @@ type firstAdvance struct {
 // the code did not reach its first wait in time, or its replayer stopped
 // before.
 type eagerResult struct {
-	run      *Run
-	created  bool
+	run     *Run
+	created bool
+	// queued says that first steps of the run created were left in the
+	// queue: no room to lease them as the run was created.
+	queued   bool
 	err      error
 	fallback bool
 }
@@ -134,10 +137,12 @@ func (e *Engine) startEager(ctx context.Context, wf *workflowEntry, p store.RunC
 	if p.First.Finish == nil {
 		e.mu.Lock()
 		e.replayers[r.id] = r
+		e.residentAddedLocked()
 		e.mu.Unlock()
 	}
 	es.created <- &lease
-	return eagerResult{run: lease.Run, created: true}
+	queued := lease.Advanced != nil && len(p.First.Steps) > len(lease.Advanced.Tasks)
+	return eagerResult{run: lease.Run, created: true, queued: queued}
 }
 
 // create hands the workflow's first advance to StartRun, which creates the

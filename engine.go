@@ -72,6 +72,28 @@ type Config struct {
 	// being offered again: its workers keep dying. Default: 5; negative
 	// never.
 	PoisonAfter int
+	// MaxResidentRuns caps the runs whose workflow code this engine keeps
+	// in memory (a goroutine and the replay state, some 20 KB each). Past
+	// it, runs whose workflow waits for something other than an attempt
+	// of this engine (a backoff, a timer, a signal, a child run, a step in
+	// another process's hands) are evicted, least recently active first,
+	// down to 90% of the cap: the engine keeps their leases, and replays
+	// each from its history when its next event comes. Runs busy in
+	// workflow code or waiting for this engine's attempts are never
+	// evicted, so the cap may be passed while they are many.
+	// Default: 10 × MaxConcurrentSteps, at least 2,000; negative: no cap.
+	MaxResidentRuns int
+	// MaxPendingRuns caps the runs started through this engine that wait
+	// to start: StartRun calls under way, and runs whose first steps found
+	// no room and wait in the queue (until one of them is leased, here or
+	// by any worker, or the run hears of an outcome). Past it, StartRun
+	// refuses a new run with ErrBusy; a start whose id exists is never
+	// refused, and a run admitted is never dropped. Runs started while the
+	// engine is not running are created for any engine to claim and are
+	// not counted. Default: 10 × MaxConcurrentSteps (1,000); negative: no
+	// cap, the queue is in the store (bulk loads), and memory stays
+	// bounded by MaxResidentRuns all the same.
+	MaxPendingRuns int
 	// Observer hears every attempt, decision and run end as the engine
 	// makes it, and when the engine turns busy or idle (see Observer);
 	// its methods must be fast and must not block. Without one, the
@@ -99,7 +121,27 @@ type Engine struct {
 	steps     map[string]*stepEntry
 	remote    map[string]*stepEntry
 	replayers map[string]*replayer // by run id: the runs this engine executes
-	waiters   map[string][]chan *Run
+	// ready is closed once Run has started (Ready).
+	ready     chan struct{}
+	readyOnce sync.Once
+	// parked holds the runs this engine leases whose replayers it evicted
+	// (park.go); blocks counts the replayers' blocks, to order them by
+	// when they were last active; evictShort says that the last eviction
+	// found too few to evict, so the next block tries again; draining,
+	// that the resident runs passed the limit and are not yet down to the
+	// low water (park.go).
+	parked        map[string]parkedRun
+	parkedParents map[string]string // parked child run → its parent
+	// startsUnderWay counts the StartRun calls admitted and not yet
+	// settled, queuedStarts the runs started here whose first steps wait
+	// in the queue (admit.go).
+	startsUnderWay int
+	queuedStarts   map[string]struct{}
+	draining       bool
+	blocks         atomic.Uint64
+	evictShort     atomic.Bool
+	evictc         chan struct{}
+	waiters        map[string][]chan *Run
 	// attempts are the leases this engine holds; inSlots and perStep
 	// count those in slots, waiting the retries waiting for one (see
 	// heldPerSlot).
@@ -149,8 +191,11 @@ type Engine struct {
 	act *activity
 
 	// wakeAt is when the sleeping dispatcher next looks at the store, in
-	// Unix nanoseconds; 0 while it is awake.
-	wakeAt atomic.Int64
+	// Unix nanoseconds; 0 while it is awake. taskDueAt is when the
+	// earliest ready task of the steps this engine runs, as far as it
+	// knows, became or becomes ready; 0 for none (see dueWaiting).
+	wakeAt    atomic.Int64
+	taskDueAt atomic.Int64
 }
 
 // New returns an engine; it does nothing until Run.
@@ -187,25 +232,36 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxConcurrentSteps == 0 {
 		cfg.MaxConcurrentSteps = 100
 	}
+	if cfg.MaxPendingRuns == 0 {
+		cfg.MaxPendingRuns = 10 * cfg.MaxConcurrentSteps
+	}
+	if cfg.MaxResidentRuns == 0 {
+		cfg.MaxResidentRuns = max(10*cfg.MaxConcurrentSteps, 2000)
+	}
 	if cfg.PoisonAfter == 0 {
 		cfg.PoisonAfter = 5
 	}
 	e := &Engine{
 		cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, id: cfg.WorkerID,
-		policies:   make(map[string]*compiledPolicy),
-		workflows:  make(map[string]*workflowEntry),
-		steps:      make(map[string]*stepEntry),
-		remote:     make(map[string]*stepEntry),
-		replayers:  make(map[string]*replayer),
-		waiters:    make(map[string][]chan *Run),
-		attempts:   make(map[int64]*attempt),
-		goroutines: newGopool(time.Second),
-		perStep:    make(map[string]int),
-		reservedBy: make(map[string]int),
-		gone:       make(map[string]bool),
-		kickc:      make(chan struct{}, 1),
-		claimc:     make(chan struct{}, 1),
-		act:        newActivity(cfg.Observer),
+		ready:         make(chan struct{}),
+		policies:      make(map[string]*compiledPolicy),
+		workflows:     make(map[string]*workflowEntry),
+		steps:         make(map[string]*stepEntry),
+		remote:        make(map[string]*stepEntry),
+		replayers:     make(map[string]*replayer),
+		parked:        make(map[string]parkedRun),
+		parkedParents: make(map[string]string),
+		queuedStarts:  make(map[string]struct{}),
+		evictc:        make(chan struct{}, 1),
+		waiters:       make(map[string][]chan *Run),
+		attempts:      make(map[int64]*attempt),
+		goroutines:    newGopool(time.Second),
+		perStep:       make(map[string]int),
+		reservedBy:    make(map[string]int),
+		gone:          make(map[string]bool),
+		kickc:         make(chan struct{}, 1),
+		claimc:        make(chan struct{}, 1),
+		act:           newActivity(cfg.Observer),
 	}
 	def := retry.Default
 	if cfg.DefaultPolicy != nil {
@@ -235,6 +291,11 @@ func defaultWorkerID() string {
 
 // WorkerID returns the name this engine holds leases under.
 func (e *Engine) WorkerID() string { return e.id }
+
+// Ready returns a channel closed once Run has started: from then on, a run
+// StartRun creates is leased to this engine and counts towards its limits
+// (MaxPendingRuns); before, it is created for whichever engine claims it.
+func (e *Engine) Ready() <-chan struct{} { return e.ready }
 
 // A Definition is a workflow or step to register.
 type Definition interface {
@@ -316,6 +377,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		return err
 	}
 	e.running = true
+	e.readyOnce.Do(func() { close(e.ready) })
 	e.storeCtx = context.WithoutCancel(ctx)
 	e.runCtx, e.stopRuns = context.WithCancelCause(e.storeCtx)
 	e.workCtx, e.stopWork = context.WithCancelCause(e.storeCtx)
@@ -325,6 +387,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	loops.Go(func() { e.dispatch(ctx) })
 	loops.Go(func() { e.claimRuns(ctx) })
 	loops.Go(func() { e.watchWaiting(ctx) })
+	loops.Go(func() { e.evictRuns(ctx) })
 	if n, ok := e.store.(store.Notifier); ok {
 		loops.Go(func() {
 			if err := n.Listen(ctx, e.notice); err != nil && ctx.Err() == nil {
@@ -337,6 +400,9 @@ func (e *Engine) Run(ctx context.Context) error {
 
 	e.mu.Lock()
 	e.running = false
+	clear(e.parked) // their leases are released below
+	clear(e.parkedParents)
+	clear(e.queuedStarts)
 	e.mu.Unlock()
 	e.dropWaiting()
 	e.stopRuns(ErrShutdown)
@@ -375,6 +441,8 @@ func (e *Engine) notice(n store.Notice) {
 		}
 		if r := e.replayerFor(n.RunID); r != nil && r.heard(n.Seq) {
 			r.resync()
+		} else if r == nil {
+			e.parkedHeard(n.RunID, n.Seq)
 		}
 	case store.NoticeResync:
 		// Outcomes noticed while the listener was away were lost.
@@ -382,6 +450,7 @@ func (e *Engine) notice(n store.Notice) {
 		for _, r := range e.replayers {
 			r.resync()
 		}
+		e.resyncParkedLocked(e.clock.Now())
 		e.mu.Unlock()
 		fallthrough
 	case store.NoticeRunReady:

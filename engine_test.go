@@ -472,3 +472,26 @@ func TestManyRetriesAtOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyOnceRunning: Ready is closed once Run has started, and not
+// before.
+func TestReadyOnceRunning(t *testing.T) {
+	t.Parallel()
+	e, err := reprise.New(reprise.Config{Store: tempStore(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.Ready():
+		t.Fatal("Ready before Run")
+	default:
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	<-e.Ready()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -25,3 +25,12 @@ func (e *Engine) LocalSteps() []string {
 	}
 	return names
 }
+
+// Parked reports whether run id is parked: this engine evicted its
+// replayer and holds its lease.
+func (e *Engine) Parked(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.parked[id]
+	return ok
+}

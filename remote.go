@@ -57,6 +57,11 @@ func (e *Engine) ClaimTasks(ctx context.Context, worker string, steps []string, 
 			e.cfg.Observer.AttemptStarted(e.attemptInfo(t))
 		}
 	}
+	e.mu.Lock()
+	for _, t := range tasks {
+		e.startedLocked(t.RunID)
+	}
+	e.mu.Unlock()
 	if len(tasks) > 0 {
 		e.kick() // the dispatcher watches the new leases
 	}

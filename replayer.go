@@ -42,6 +42,9 @@ type replayer struct {
 	final   *Run
 	// eager is set until an eager start's run is created (see eager.go).
 	eager *eagerStart
+	// revived says that the replayer revives a parked run, known only by
+	// its id and workflow until it reads the run (see park.go).
+	revived bool
 
 	// ctx is the workflow's context, a scope the replayer owns: workflow
 	// code gets it, and its calls (Step, Select…) come back to the
@@ -88,6 +91,13 @@ type replayer struct {
 	// that the goroutine ended, and takes no more.
 	wake   chan struct{}
 	exited bool
+	// blocked says that the workflow waits in block, since the engine's
+	// blockedAt-th block; evicting, that the replayer is being evicted
+	// (it takes no hand-over); parked, that it was (see park.go).
+	blocked   bool
+	blockedAt uint64
+	evicting  bool
+	parked    bool
 	// pollAt is when the replayer next reads its history in case a notice of
 	// an outcome was lost, pollEvery the wait after that (see pollDue).
 	pollAt    time.Time
@@ -132,12 +142,14 @@ func newReplayer(e *Engine, lease store.RunLease, wf *workflowEntry) *replayer {
 // replayer, and wakes it unless they are only attempts started and failed,
 // which resolve nothing the workflow waits for: a step's retries would
 // otherwise wake its replayer once each for nothing. Those wait in the inbox
-// for the next wake-up (with no events: always). It never blocks.
-func (r *replayer) push(events []Event) {
+// for the next wake-up (with no events: always). It never blocks. It
+// reports false if the replayer was evicted and took nothing: the caller
+// looks for the run again (see Engine.wakeRun).
+func (r *replayer) push(events []Event) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.exited {
-		return
+		return !r.parked
 	}
 	r.inbox = append(r.inbox, events...)
 	if n := len(events); n > 0 {
@@ -149,7 +161,7 @@ func (r *replayer) push(events []Event) {
 		}
 	}
 	if len(events) > 0 && !wakes(events) {
-		return
+		return true
 	}
 	// A wake-up not yet taken counts as busy; the replayer inherits it.
 	// It is sent under r.mu, after what it stands for: one left untaken
@@ -160,6 +172,7 @@ func (r *replayer) push(events []Event) {
 	default:
 		r.e.act.add(-1)
 	}
+	return true
 }
 
 // wakes reports whether the replayer may have to act on any of events:
@@ -226,6 +239,9 @@ func (r *replayer) exit() {
 	defer r.mu.Unlock()
 	r.exited = true
 	r.dropWake()
+	if r.evicting {
+		r.e.act.add(-1) // added by evict
+	}
 }
 
 // stop makes the workflow goroutine exit at its next wait.
@@ -236,6 +252,16 @@ func (r *replayer) run(fresh bool) {
 	e := r.e
 	defer e.act.add(-1) // added by launch
 	defer r.exit()
+	if r.revived {
+		if ok, err := r.reload(); !ok {
+			if err != nil {
+				e.replayerFailed(r, fmt.Errorf("read run: %w", err))
+			} else {
+				e.replayerDone(r, false)
+			}
+			return
+		}
+	}
 	if fresh {
 		r.synced = 1 // RunStarted
 	} else {
@@ -251,6 +277,10 @@ func (r *replayer) run(fresh bool) {
 		if r.eager != nil {
 			r.handBackStart()
 			e.replayerDone(r, false)
+			return
+		}
+		if errors.Is(exit.cause, errEvicted) {
+			e.parkReplayer(r)
 			return
 		}
 		if errors.Is(exit.cause, errReplay) {
@@ -382,6 +412,12 @@ func (r *replayer) unconsumed() int {
 // block waits for pushed events, or exits if the run must stop.
 func (r *replayer) block() {
 	r.e.releaseClaim(r)
+	r.mu.Lock()
+	r.blocked, r.blockedAt = true, r.e.blocks.Add(1)
+	r.mu.Unlock()
+	if r.e.evictShort.Load() {
+		r.e.evictSoon()
+	}
 	r.e.act.add(-1)
 	select {
 	case <-r.wake:
@@ -397,7 +433,7 @@ func (r *replayer) block() {
 	}
 	r.mu.Lock()
 	events, stale, handed := r.inbox, r.stale, r.handed
-	r.inbox, r.stale, r.handed, r.waitingFor = nil, false, nil, 0
+	r.inbox, r.stale, r.handed, r.waitingFor, r.blocked = nil, false, nil, 0, false
 	r.dropWake()
 	r.mu.Unlock()
 	r.apply(events)
@@ -416,7 +452,7 @@ func (r *replayer) block() {
 // took the result; if not, the caller records it.
 func (r *replayer) handOff(t *store.Task, out json.RawMessage) bool {
 	r.mu.Lock()
-	ok := r.waitingFor != 0 && r.waitingFor == t.Position && t.Execution == r.execution && r.handed == nil
+	ok := r.waitingFor != 0 && r.waitingFor == t.Position && t.Execution == r.execution && r.handed == nil && !r.evicting
 	if ok {
 		r.handed = &handed{pos: t.Position, result: store.TaskCompleteParams{TaskID: t.ID, Token: t.Token, Output: out, Attempt: t.Attempt}}
 		r.waitingFor = 0

@@ -37,7 +37,7 @@ func (e *Engine) claimRuns(ctx context.Context) {
 		}
 		e.claimRunsOnce(ctx)
 		if _, ok := e.store.(store.Notifier); ok {
-			e.pollReplayers(e.clock.Now())
+			e.pollReplayers(ctx, e.clock.Now())
 		}
 		e.act.add(-1)
 		if !t.Stop() {
@@ -112,7 +112,7 @@ func (e *Engine) claimSoon() {
 // RunLeaseTTL, so waiting and parked runs cost little. A run with an
 // attempt in this engine waits for that attempt's outcome, which comes
 // here: it polls after, if still waiting.
-func (e *Engine) pollReplayers(now time.Time) {
+func (e *Engine) pollReplayers(ctx context.Context, now time.Time) {
 	e.mu.Lock()
 	local := make(map[string]bool, len(e.attempts))
 	for _, a := range e.attempts {
@@ -131,6 +131,7 @@ func (e *Engine) pollReplayers(now time.Time) {
 			r.resync()
 		}
 	}
+	e.pollParked(ctx, now, first, max(e.cfg.RunLeaseTTL, first))
 }
 
 // startReplayer starts executing a run this engine has leased; fresh says
@@ -139,6 +140,12 @@ func (e *Engine) pollReplayers(now time.Time) {
 func (e *Engine) startReplayer(lease store.RunLease, fresh, claimed bool) {
 	e.mu.Lock()
 	wf := e.workflows[lease.Run.Workflow]
+	if p, ok := e.parked[lease.Run.ID]; ok {
+		// Parked, and claimed back after its lease lapsed: the newer token.
+		delete(e.parked, lease.Run.ID)
+		delete(e.parkedParents, lease.Run.ID)
+		lease.Token = max(lease.Token, p.token)
+	}
 	if r := e.replayers[lease.Run.ID]; r != nil {
 		// This engine's own lease lapsed and it claimed the run back. Tokens
 		// only grow: an older lease (a replay planned before the claim)
@@ -159,6 +166,7 @@ func (e *Engine) startReplayer(lease store.RunLease, fresh, claimed bool) {
 		e.claiming++
 	}
 	e.replayersWG.Add(1) // under e.mu, which Run's shutdown takes before it waits
+	e.residentAddedLocked()
 	e.mu.Unlock()
 	e.launch(r, fresh)
 }
@@ -176,6 +184,7 @@ func (e *Engine) replayerDone(r *replayer, finished bool) {
 	if e.replayers[r.id] == r {
 		delete(e.replayers, r.id)
 	}
+	e.startedLocked(r.id)
 	e.mu.Unlock()
 	r.cancel(nil)
 	// Waiters skip reading a resident run and count on this: with the end
@@ -265,9 +274,7 @@ func (e *Engine) deliver(o *store.Outcome) {
 	if o == nil || o.Owner != e.id {
 		return
 	}
-	if r := e.replayerFor(o.RunID); r != nil {
-		r.push(o.Events)
-	}
+	e.wakeRun(o.RunID, o.Events)
 }
 
 // replayerFor returns the replayer of run id, if this engine executes it.

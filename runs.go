@@ -51,7 +51,8 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if o.id == "" {
+	named := o.id != ""
+	if !named {
 		o.id = NewRunID()
 	} else if err := ValidateRunID(o.id); err != nil {
 		return nil, false, err
@@ -76,13 +77,23 @@ func (e *Engine) StartRun(ctx context.Context, workflow string, input json.RawMe
 	if wf == nil {
 		return nil, false, fmt.Errorf("start run: workflow %q: %w", workflow, ErrNotRegistered)
 	}
+	counted, existing, err := e.admit(ctx, o.id, named)
+	if err != nil || existing != nil {
+		return existing, false, err
+	}
 	p := store.RunCreateParams{ID: o.id, Workflow: workflow, Input: input, Owner: owner, LeaseTTL: e.cfg.RunLeaseTTL,
 		TraceParent: o.traceParent}
 	if owner != "" {
-		if res := e.startEager(ctx, wf, p); !res.fallback {
+		res := e.startEager(ctx, wf, p)
+		if counted {
+			e.settleStart(o.id, res.created && res.queued)
+		}
+		if !res.fallback {
 			return res.run, res.created, res.err
 		}
 		owner, p.Owner = "", ""
+	} else if counted {
+		e.settleStart(o.id, false)
 	}
 	lease, created, err := e.store.RunCreate(ctx, &p)
 	if err != nil {
@@ -154,7 +165,8 @@ func (e *Engine) stopRun(id string) {
 			a.stop(e, ErrCancelled)
 		}
 	}
-	var children []string
+	children := e.unparkLocked(id)
+	e.startedLocked(id)
 	for cid, c := range e.replayers {
 		if c.parentID == id {
 			children = append(children, cid)

@@ -145,8 +145,14 @@ func (e *Engine) slotsForWaitingLocked() []*attempt {
 
 // reserve marks the steps that this engine runs and has room for to be
 // leased to it as they are scheduled, and holds their room until
-// startAttempts (or unreserve). It returns the names it reserved.
+// startAttempts (or unreserve). It returns the names it reserved. While
+// work is due in the queue (dueWaiting), it reserves nothing: new steps
+// queue behind what came due before them, and the dispatcher claims in
+// the order they became ready.
 func (e *Engine) reserve(steps []store.StepSpec) []string {
+	if e.dueWaiting() {
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var names []string

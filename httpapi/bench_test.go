@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"reprise"
+	"reprise/sqlite"
 	"reprise/store"
 )
 
@@ -64,7 +67,13 @@ func BenchmarkStartFlowRun(b *testing.B) {
 // 8 concurrent pull workers taking one task per claim. The runs are
 // started before the timer; each worker long-polls.
 func BenchmarkPullWorkers(b *testing.B) {
-	s := newTestServer(b, Options{}, echo)
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "reprise.db"), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	// The runs wait for workers that start after them: a bulk load.
+	s := serveEngine(b, reprise.Config{Store: st, PollInterval: 50 * time.Millisecond, MaxPendingRuns: -1}, true, Options{}, echo)
 	ctx := b.Context()
 	if err := s.c.RegisterStep(ctx, Step{Name: "work", Kind: KindPull}); err != nil {
 		b.Fatal(err)

@@ -79,8 +79,16 @@ func newTestServerOn(t testing.TB, kind string, opts Options, defs ...reprise.De
 // it wait for another engine.
 func serveOn(t testing.TB, st store.Store, run bool, leaseTTL time.Duration, opts Options, defs ...reprise.Definition) *testServer {
 	t.Helper()
-	e, err := reprise.New(reprise.Config{Store: st, PollInterval: 50 * time.Millisecond, LeaseTTL: leaseTTL,
-		ShutdownGrace: time.Second})
+	return serveEngine(t, reprise.Config{Store: st, PollInterval: 50 * time.Millisecond, LeaseTTL: leaseTTL,
+		ShutdownGrace: time.Second}, run, opts, defs...)
+}
+
+// serveEngine serves the API of an engine configured by cfg (its Store
+// closed by the caller), running it if run.
+func serveEngine(t testing.TB, cfg reprise.Config, run bool, opts Options, defs ...reprise.Definition) *testServer {
+	t.Helper()
+	st := cfg.Store
+	e, err := reprise.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

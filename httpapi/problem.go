@@ -14,6 +14,7 @@ import (
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/go-json-experiment/json/jsontext"
 
+	"reprise"
 	"reprise/store"
 )
 
@@ -61,6 +62,7 @@ const (
 	ProblemTooLarge      = "urn:reprise:problem:too-large"      // 413
 	ProblemInternal      = "urn:reprise:problem:internal"       // 500
 	ProblemUnavailable   = "urn:reprise:problem:unavailable"    // 503: shutting down
+	ProblemBusy          = "urn:reprise:problem:busy"           // 429: too many runs wait to start; see Retry-After
 	ProblemUnsupported   = "urn:reprise:problem:unsupported"    // 415
 )
 
@@ -78,7 +80,8 @@ func (p *Problem) Error() string {
 
 // Unwrap maps the problem to the engine's sentinel errors, so that callers
 // match a Client's errors as they match the engine's: errors.Is(err,
-// reprise.ErrNotFound), reprise.ErrLeaseLost, reprise.ErrRunFinished.
+// reprise.ErrNotFound), reprise.ErrLeaseLost, reprise.ErrRunFinished,
+// reprise.ErrBusy.
 func (p *Problem) Unwrap() error {
 	switch p.Type {
 	case ProblemNotFound:
@@ -91,6 +94,8 @@ func (p *Problem) Unwrap() error {
 		return store.ErrNotRedrivable
 	case ProblemStepInUse:
 		return store.ErrStepInUse
+	case ProblemBusy:
+		return reprise.ErrBusy
 	}
 	return nil
 }

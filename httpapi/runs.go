@@ -18,6 +18,10 @@ import (
 	"reprise/store"
 )
 
+// busyRetryAfter is the Retry-After, in seconds, of a start refused as
+// busy: runs wait to start for about as long as a few of their steps take.
+const busyRetryAfter = 1
+
 // oneStepWorkflow is the workflow name under which {"step": NAME} runs
 // NAME as a one-step run.
 func oneStepWorkflow(step string) string { return "step:" + step }
@@ -135,6 +139,11 @@ func (a *api) startRun(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case errors.Is(err, reprise.ErrNotRegistered):
 		writeProblem(w, invalid("workflow", "workflow %q is not registered in this server", req.Workflow))
+		return
+	case errors.Is(err, reprise.ErrBusy):
+		w.Header().Set("Retry-After", strconv.Itoa(busyRetryAfter))
+		writeProblem(w, &Problem{Type: ProblemBusy, Title: "Too Many Requests", Status: http.StatusTooManyRequests,
+			Detail: "too many runs wait to start on this server; start this one again after Retry-After seconds"})
 		return
 	case err != nil:
 		a.internal(w, r, err)

@@ -120,6 +120,15 @@ func (env *Env) start(cfg *reprise.Config, defs []reprise.Definition) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(env.t.Context()))
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
+	// Runs started before the engine runs are created unowned, for a
+	// claim: a test starts its runs on a running engine, as a program
+	// whose engine has started does.
+	select {
+	case <-e.Ready():
+	case err := <-done:
+		cancel()
+		env.t.Fatalf("engine stopped as it started: %v", err)
+	}
 	env.Engine = e
 	env.stop = func() {
 		cancel()

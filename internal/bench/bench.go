@@ -97,7 +97,7 @@ func RunThroughput(ctx context.Context, e *reprise.Engine, n, concurrency, fail 
 					return
 				}
 				t0 := time.Now()
-				run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+				run, err := startRun(ctx, e, input)
 				if err == nil {
 					run, err = e.WaitRun(ctx, run.ID)
 				}
@@ -120,6 +120,24 @@ func RunThroughput(ctx context.Context, e *reprise.Engine, n, concurrency, fail 
 	}
 	slices.Sort(lat)
 	return Throughput{Runs: n, Attempts: n * (fail + 1), Elapsed: elapsed, P50: pct(lat, 50), P99: pct(lat, 99)}, nil
+}
+
+// startRun starts a one-step run, as a client should: while the engine is
+// busy (reprise.ErrBusy), it tries again a little later.
+func startRun(ctx context.Context, e *reprise.Engine, input json.RawMessage) (*reprise.Run, error) {
+	for {
+		run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+		if !errors.Is(err, reprise.ErrBusy) {
+			return run, err
+		}
+		t := time.NewTimer(5 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, context.Cause(ctx)
+		case <-t.C:
+		}
+	}
 }
 
 func pct(sorted []time.Duration, p int) time.Duration {
@@ -148,20 +166,31 @@ func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Dura
 	input, _ := json.Marshal(runInput{Fail: 1, Policy: pol})
 	ids := make([]string, n)
 	for i := range n {
-		run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+		run, err := startRun(ctx, e, input)
 		if err != nil {
 			return Lateness{}, err
 		}
 		ids[i] = run.ID
 	}
+	late, err := retryLateness(ctx, e, ids)
+	if err != nil || len(late) == 0 {
+		return Lateness{}, err
+	}
+	return Lateness{Retries: len(late), P50: pct(late, 50), P99: pct(late, 99), Max: late[len(late)-1]}, nil
+}
+
+// retryLateness waits for runs ids to end and returns, sorted, how late
+// each retry started: the AttemptStarted of attempt 2 against the
+// retry_at of attempt 1.
+func retryLateness(ctx context.Context, e *reprise.Engine, ids []string) ([]time.Duration, error) {
 	var late []time.Duration
 	for _, id := range ids {
 		if _, err := e.WaitRun(ctx, id); err != nil {
-			return Lateness{}, err
+			return nil, err
 		}
 		events, err := e.History(ctx, id)
 		if err != nil {
-			return Lateness{}, err
+			return nil, err
 		}
 		var retryAt time.Time
 		for _, ev := range events {
@@ -174,7 +203,96 @@ func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Dura
 		}
 	}
 	slices.Sort(late)
-	return Lateness{Retries: len(late), P50: pct(late, 50), P99: pct(late, 99), Max: late[len(late)-1]}, nil
+	return late, nil
+}
+
+// Flood is what a flood of starts did: runs started and starts refused
+// as busy, the process's peak resident memory meanwhile, and how late the
+// started runs' retries came.
+type Flood struct {
+	Clients       int
+	For           time.Duration
+	Started       int
+	Refused       int
+	PeakRSS       uint64
+	P50, P99, Max time.Duration
+}
+
+func (f Flood) String() string {
+	return fmt.Sprintf("%d clients for %v: %d runs started, %d starts refused as busy, peak resident %.1f MB; "+
+		"retry lateness p50 %v p99 %v max %v",
+		f.Clients, f.For, f.Started, f.Refused, float64(f.PeakRSS)/1e6, f.P50, f.P99, f.Max)
+}
+
+// RunFlood has clients start runs as fast as they can for d, each run's
+// step failing once and retried after 1 s, a client that finds the engine
+// busy trying again 5 ms later; it then waits for every run started.
+func RunFlood(ctx context.Context, e *reprise.Engine, clients int, d time.Duration) (Flood, error) {
+	input, _ := json.Marshal(runInput{Fail: 1, Policy: "[retry: 1, backoff: 1s]"})
+	f := Flood{Clients: clients, For: d}
+	var mu sync.Mutex
+	var ids []string
+	var refused atomic.Int64
+	stop := make(chan struct{})
+	var peak atomic.Uint64
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			peak.Store(max(peak.Load(), rss()))
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	deadline := time.Now().Add(d)
+	errs := make(chan error, clients)
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+				run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+				switch {
+				case errors.Is(err, reprise.ErrBusy):
+					refused.Add(1)
+					select {
+					case <-ctx.Done():
+						errs <- context.Cause(ctx)
+						return
+					case <-time.After(5 * time.Millisecond):
+					}
+				case err != nil:
+					errs <- err
+					return
+				default:
+					mu.Lock()
+					ids = append(ids, run.ID)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		close(stop)
+		sampler.Wait()
+		return Flood{}, err
+	}
+	late, err := retryLateness(ctx, e, ids)
+	close(stop)
+	sampler.Wait()
+	if err != nil {
+		return Flood{}, err
+	}
+	f.Started, f.Refused, f.PeakRSS = len(ids), int(refused.Load()), peak.Load()
+	if len(late) > 0 {
+		f.P50, f.P99, f.Max = pct(late, 50), pct(late, 99), late[len(late)-1]
+	}
+	return f, nil
 }
 
 // SleepJitter measures how late the machine itself wakes a goroutine: n
@@ -211,7 +329,7 @@ func RunParked(ctx context.Context, e *reprise.Engine, st store.Store, n int) (P
 	input, _ := json.Marshal(runInput{Fail: 1, Policy: "[retry: 1, backoff: 1h]"})
 	base := failures.Load()
 	for range n {
-		if _, _, err := e.StartRun(ctx, oneStep.Name(), input); err != nil {
+		if _, err := startRun(ctx, e, input); err != nil {
 			return Parked{}, err
 		}
 	}

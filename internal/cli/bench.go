@@ -24,10 +24,15 @@ import (
 )
 
 func benchMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--observe off|metrics|tracing|both]")
+	fs := newFlagSet("bench", "[--runs N] [--db PATH] [--parked N] [--lateness N] [--lateness-backoff D] [--flood D]\n"+
+		"       [--max-pending-runs N] [--max-resident-runs N] [--observe off|metrics|tracing|both]")
 	runs := fs.Int("runs", 20000, "one-step runs per throughput workload")
 	parked := fs.Int("parked", 10000, "runs to park in backoff for the memory figure (0 to skip)")
 	lateness := fs.Int("lateness", 1000, "runs in backoff for the retry lateness figure (0 to skip)")
+	latenessBackoff := fs.Duration("lateness-backoff", 2*time.Second, "the longest backoff of the retry lateness figure; backoffs spread over its second half")
+	flood := fs.Duration("flood", 0, "how long 8 clients start runs as fast as they can, for the figures of a flood of starts (0 to skip)")
+	maxResident := fs.Int("max-resident-runs", 0, "the engine's MaxResidentRuns: resident runs past which waiting ones are evicted (0: the default; -1: no cap)")
+	maxPending := fs.Int("max-pending-runs", 0, "the engine's MaxPendingRuns: runs waiting to start past which starts are refused as busy (0: the default; -1: no cap)")
 	db := fs.String("db", "", "database: a SQLite file (the runs stay in it), or a postgres:// URL, where each workload\n"+
 		"runs in a schema of its own, dropped after (default: a fresh SQLite file in a temporary directory)")
 	observe := fs.String("observe", "off", "what watches the engine: off, metrics (the Prometheus metrics of reprise server),\n"+
@@ -39,14 +44,15 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) > 0 {
 		return usageErrorf(fs, stderr, "unexpected argument %q", pos[0])
 	}
-	if *runs < 1 || *parked < 0 || *lateness < 0 {
-		return usageErrorf(fs, stderr, "--runs must be positive, --parked and --lateness not negative")
+	if *runs < 1 || *parked < 0 || *lateness < 0 || *flood < 0 || *latenessBackoff <= 0 || *maxPending < -1 || *maxResident < -1 {
+		return usageErrorf(fs, stderr, "--runs and --lateness-backoff must be positive, --parked, --lateness and --flood not negative, --max-pending-runs and --max-resident-runs -1 or more")
 	}
 	switch *observe {
 	case "off", "metrics", "tracing", "both":
 	default:
 		return usageErrorf(fs, stderr, "--observe %q: give off, metrics, tracing or both", *observe)
 	}
+	cfg := reprise.Config{MaxConcurrentSteps: 256, MaxPendingRuns: *maxPending, MaxResidentRuns: *maxResident}
 	ctx := context.Background()
 	fmt.Fprintf(stdout, "reprise bench: %d-core machine, one engine process, observers: %s\n\n", numCPU(), *observe)
 
@@ -63,7 +69,7 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		if w.concurrency == 1 {
 			n = max(1, n/10)
 		}
-		err := withEngine(ctx, *db, *observe, stderr, func(e *reprise.Engine, _ store.Store) error {
+		err := withEngine(ctx, *db, *observe, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
 			res, err := bench.RunThroughput(ctx, e, n, w.concurrency, w.fail)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", w.name+":", res)
@@ -76,10 +82,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *lateness > 0 {
-		err := withEngine(ctx, *db, *observe, stderr, func(e *reprise.Engine, _ store.Store) error {
-			res, err := bench.RunLateness(ctx, e, *lateness, 2*time.Second)
+		err := withEngine(ctx, *db, *observe, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
+			res, err := bench.RunLateness(ctx, e, *lateness, *latenessBackoff)
 			if err == nil {
-				fmt.Fprintf(stdout, "%-56s %s\n", "retry lateness, backoffs spread over 1-2s:", res)
+				fmt.Fprintf(stdout, "%-56s %s\n", fmt.Sprintf("retry lateness, backoffs spread over %v-%v:", *latenessBackoff/2, *latenessBackoff), res)
 				p50, p99, most := bench.SleepJitter(1000)
 				fmt.Fprintf(stdout, "%-56s p50 %v p99 %v max %v\n", "  the machine's own lateness, waking from 1 ms sleeps:", p50, p99, most)
 			}
@@ -90,8 +96,21 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 			return exitFail
 		}
 	}
+	if *flood > 0 {
+		err := withEngine(ctx, *db, *observe, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
+			res, err := bench.RunFlood(ctx, e, 8, *flood)
+			if err == nil {
+				fmt.Fprintf(stdout, "%-56s %s\n", "flood of starts:", res)
+			}
+			return err
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "reprise bench: flood: %v\n", err)
+			return exitFail
+		}
+	}
 	if *parked > 0 {
-		err := withEngine(ctx, *db, *observe, stderr, func(e *reprise.Engine, st store.Store) error {
+		err := withEngine(ctx, *db, *observe, cfg, stderr, func(e *reprise.Engine, st store.Store) error {
 			res, err := bench.RunParked(ctx, e, st, *parked)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "memory:", res)
@@ -106,10 +125,10 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// withEngine runs fn against a running engine on a fresh database (or db),
-// and the engine's store; the engine is watched by the observers observe
-// names (--observe).
-func withEngine(ctx context.Context, db, observe string, stderr io.Writer, fn func(*reprise.Engine, store.Store) error) error {
+// withEngine runs fn against a running engine configured by cfg on a
+// fresh database (or db), and the engine's store; the engine is watched by
+// the observers observe names (--observe).
+func withEngine(ctx context.Context, db, observe string, cfg reprise.Config, stderr io.Writer, fn func(*reprise.Engine, store.Store) error) error {
 	var st store.Store
 	var err error
 	switch {
@@ -137,7 +156,7 @@ func withEngine(ctx context.Context, db, observe string, stderr io.Writer, fn fu
 		return err
 	}
 	defer st.Close()
-	cfg := reprise.Config{Store: st, MaxConcurrentSteps: 256}
+	cfg.Store = st
 	var obs observers
 	if observe == "metrics" || observe == "both" {
 		m, err := metrics.New(prometheus.NewRegistry())

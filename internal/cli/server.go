@@ -49,6 +49,8 @@ type serverConfig struct {
 	writeTimeout      time.Duration
 	idleTimeout       time.Duration
 	maxConns          int
+	maxResident       int
+	maxPending        int
 	allowStepHosts    []string
 	workerID          string
 }
@@ -59,7 +61,7 @@ type serverConfig struct {
 func serverMain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T]... [--lease-ttl D] [--writers N]\n"+
 		"       [--max-body BYTES] [--max-conns N] [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]\n"+
-		"       [--worker-id ID] [--allow-step-hosts HOSTS]...")
+		"       [--worker-id ID] [--allow-step-hosts HOSTS]... [--max-resident-runs N] [--max-pending-runs N]")
 	var c serverConfig
 	var tokens tokenList
 	fs.StringVar(&c.db, "db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
@@ -73,6 +75,8 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&c.readTimeout, "read-timeout", 30*time.Second, "time a client has to send a whole request, headers and body")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 90*time.Second, fmt.Sprintf("time from a request's headers to the end of its answer; more than a long-poll's longest wait (%v)", longPollMax))
 	fs.DurationVar(&c.idleTimeout, "idle-timeout", 60*time.Second, "how long a kept-alive connection may wait for its next request")
+	fs.IntVar(&c.maxResident, "max-resident-runs", 0, "runs whose workflow code the engine keeps in memory; past it, waiting runs are evicted and replayed from their histories when their waits end (0: 10 times the step slots, at least 2000; -1: no cap)")
+	fs.IntVar(&c.maxPending, "max-pending-runs", 0, "runs started through the server that wait to start (their first steps queued for a worker); past it, POST /v1/runs answers 429 (0: 10 times the step slots; -1: no cap, the queue is in the database)")
 	fs.Var((*hostList)(&c.allowStepHosts), "allow-step-hosts", "the only `HOSTS` HTTP steps may call: CIDRs, addresses, host names and *.domain patterns, comma-separated; repeat it to add more (default: any but link-local, multicast and unspecified addresses)")
 	fs.StringVar(&c.workerID, "worker-id", os.Getenv("REPRISE_WORKER_ID"), "the engine's `ID` in leases and history, one live engine per id; restarted under the id of one that crashed, it takes that one's work back at once (default $REPRISE_WORKER_ID, else host-pid-random)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
@@ -159,6 +163,12 @@ func (c *serverConfig) check() error {
 	if least := longPollMax + 10*time.Second; c.writeTimeout < least {
 		errs = append(errs, fmt.Errorf("--write-timeout %v is too short: a long-poll waits up to %v before it answers; give %v or more", c.writeTimeout, longPollMax, least))
 	}
+	if c.maxPending < -1 {
+		errs = append(errs, fmt.Errorf("--max-pending-runs %d must be -1 (no cap), 0 (the default) or positive", c.maxPending))
+	}
+	if c.maxResident < -1 {
+		errs = append(errs, fmt.Errorf("--max-resident-runs %d must be -1 (no cap), 0 (the default) or positive", c.maxResident))
+	}
 	if c.maxBody <= 0 {
 		errs = append(errs, fmt.Errorf("--max-body %d must be positive", c.maxBody))
 	}
@@ -212,7 +222,8 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
-	cfg := reprise.Config{Store: st, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID, Observer: observer}
+	cfg := reprise.Config{Store: st, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID,
+		MaxResidentRuns: c.maxResident, MaxPendingRuns: c.maxPending, Observer: observer}
 	tracer, err := serverTracer(ctx)
 	if err != nil {
 		return err

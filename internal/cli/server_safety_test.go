@@ -542,6 +542,8 @@ func TestServerConfigErrors(t *testing.T) {
 		{[]string{"--idle-timeout", "0s"}, nil, "--idle-timeout 0s must be positive"},
 		{[]string{"--max-conns", "0"}, nil, "--max-conns 0 must be positive"},
 		{[]string{"--max-body", "0"}, nil, "--max-body 0 must be positive"},
+		{[]string{"--max-pending-runs", "-5"}, nil, "--max-pending-runs -5 must be -1 (no cap), 0 (the default) or positive"},
+		{[]string{"--max-resident-runs", "-2"}, nil, "--max-resident-runs -2 must be -1 (no cap), 0 (the default) or positive"},
 	} {
 		for _, kv := range c.env {
 			k, v, _ := strings.Cut(kv, "=")
