@@ -49,7 +49,7 @@ func crashEffect(scenario, effects string) *reprise.StepDef[int, string] {
 				}
 				select {} // the kill is on its way
 			}
-		case "backoff":
+		case "backoff", "backoff-parked":
 			if info.Position == 2 && info.Attempt == 1 {
 				return "", errors.New("first try fails")
 			}
@@ -105,9 +105,13 @@ func TestCrashChild(t *testing.T) {
 	if err := os.WriteFile(db+".ready", nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	e, err := reprise.New(reprise.Config{
+	cfg := reprise.Config{
 		Store: st, LeaseTTL: time.Second, RunLeaseTTL: time.Second, PollInterval: 100 * time.Millisecond,
-	})
+	}
+	if scenario == "backoff-parked" {
+		cfg.MaxResidentRuns = 2 // the runs in backoff are evicted, but two
+	}
+	e, err := reprise.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +121,15 @@ func TestCrashChild(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- e.Run(ctx) }()
+	if scenario == "backoff-parked" {
+		// Tell the parent how many runs are resident (not evicted).
+		go func() {
+			for ctx.Err() == nil {
+				_ = os.WriteFile(db+".resident", []byte(strconv.Itoa(e.ResidentRuns())), 0o644)
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
 	for i := range runs {
 		if _, _, err := e.StartRun(ctx, "crash", []byte(strconv.Itoa(i)), reprise.WithRunID(fmt.Sprintf("run-%d", i))); err != nil {
 			t.Fatal(err)
@@ -386,5 +399,53 @@ func TestCrashDuringBackoff(t *testing.T) {
 	}
 	if late := second.Sub(retryAt); late > 1500*time.Millisecond {
 		t.Errorf("retry started %v after its planned time", late)
+	}
+}
+
+// TestCrashWhileParked: runs evicted from memory while they wait in a
+// backoff (MaxResidentRuns), their process killed, resume from the
+// database as resident ones do: each retry starts at its planned time, not
+// before, and every step's effect happens once per attempt.
+func TestCrashWhileParked(t *testing.T) {
+	t.Parallel()
+	const runs = 20
+	c := &crashChild{t: t, scenario: "backoff-parked", dir: t.TempDir(), runs: runs}
+	cmd := c.start()
+	retryAt := map[string]time.Time{}
+	c.waitHistory(func(h map[string][]reprise.Event) bool {
+		for id, events := range h {
+			for _, ev := range events {
+				if ev.Type == store.EventAttemptFailed {
+					retryAt[id] = ev.RetryAt
+				}
+			}
+		}
+		return len(retryAt) == runs
+	})
+	time.Sleep(3 * time.Second) // into the backoffs, past the 2 s within which a run is not evicted
+	killChild(t, cmd)
+	b, err := os.ReadFile(c.db() + ".resident")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := strconv.Atoi(string(b)); err != nil || n >= runs/2 {
+		t.Fatalf("%s runs resident as the child was killed (%v), want most of the %d evicted", b, err, runs)
+	}
+	h := c.finish(nil, nil)
+	for id, events := range h {
+		var second time.Time
+		for _, ev := range events {
+			if ev.Type == store.EventAttemptStarted && ev.Position == 2 && ev.Attempt == 2 {
+				second = ev.At
+			}
+		}
+		switch {
+		case second.IsZero():
+			t.Errorf("%s: no second attempt", id)
+		case second.Before(retryAt[id]):
+			t.Errorf("%s: retry started %v before its planned time", id, retryAt[id].Sub(second))
+		case second.Sub(retryAt[id]) > 5*time.Second:
+			t.Errorf("%s: retry started %v after its planned time", id, second.Sub(retryAt[id]))
+		}
 	}
 }
