@@ -14,6 +14,7 @@ import (
 
 	"reprise"
 	"reprise/httpapi"
+	"reprise/reprisetest"
 	"reprise/sqlite"
 	"reprise/store"
 )
@@ -35,7 +36,7 @@ func newAPIServer(t *testing.T) *apiServer {
 	t.Cleanup(func() { st.Close() })
 	cfg, exp := tracing(t)
 	cfg.Store, cfg.PollInterval, cfg.ShutdownGrace = st, 50*time.Millisecond, time.Second
-	e := runEngine(t, cfg)
+	e := reprisetest.Run(t, *cfg)
 	h, err := httpapi.NewHandler(e, st, httpapi.Options{MaxWait: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"reprise"
 	"reprise/otel"
+	"reprise/reprisetest"
 	"reprise/retry"
 	"reprise/sqlite"
 )
@@ -173,7 +174,7 @@ func TestTraceSurvivesCrash(t *testing.T) {
 	t.Cleanup(func() { st.Close() }) // after the engine stops: cleanups run last first
 	cfg, exp := tracing(t)
 	cfg.Store, cfg.LeaseTTL, cfg.RunLeaseTTL, cfg.PollInterval = st, time.Second, time.Second, 100*time.Millisecond
-	e := runEngine(t, cfg, crashDefs("")...)
+	e := reprisetest.Run(t, *cfg, crashDefs("")...)
 	if run, err := e.WaitRun(t.Context(), "run-1"); err != nil || run.Status != reprise.RunCompleted {
 		t.Fatalf("run-1: %v, %v; want completed", run, err)
 	}

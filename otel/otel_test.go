@@ -64,28 +64,6 @@ func tracing(t *testing.T) (*reprise.Config, *tracetest.InMemoryExporter) {
 	return &reprise.Config{Tracer: tr, Observer: tr}, exp
 }
 
-// runEngine runs an engine with cfg and defs until the test ends.
-func runEngine(t *testing.T, cfg *reprise.Config, defs ...reprise.Definition) *reprise.Engine {
-	t.Helper()
-	e, err := reprise.New(*cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Register(defs...); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
-	done := make(chan error, 1)
-	go func() { done <- e.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-	})
-	return e
-}
-
 // A retried step makes a span per attempt, children of the step's span,
 // child of the run's, child of the caller's: with the run, the step's
 // place, the attempt, the error type and the policy's decision.
