@@ -213,7 +213,7 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 		add(started, nil)
 	case f != nil:
 		_, err := tx.exec(`
-			UPDATE runs SET status = ?, output = ?, error = ?, owner = '', lease_until = 0
+			UPDATE runs SET status = ?, output = ?, error = ?, owner = ''
 			WHERE id = ?`, string(f.Status), blob(f.Output), pa.errBlob, p.RunID)
 		if err != nil {
 			return nil, err

@@ -80,7 +80,7 @@ func (tx *txn) cancelChildren(parentID string, cancelled bool) error {
 // cancelRun cancels an active run: appends cancelled, its RunCancelled,
 // drops its work and cancels its children.
 func (tx *txn) cancelRun(id string, execution int, last int64, cancelled store.Event) error {
-	_, err := tx.exec(`UPDATE runs SET status = 'cancelled', owner = '', lease_until = 0 WHERE id = ?`, id)
+	_, err := tx.exec(`UPDATE runs SET status = 'cancelled', owner = '' WHERE id = ?`, id)
 	if err != nil {
 		return err
 	}

@@ -113,7 +113,7 @@ func TestOpenValidatesOptions(t *testing.T) {
 // the rows of single events that version 1 wrote.
 func TestMigrateFromVersion1(t *testing.T) {
 	t.Parallel()
-	const version = 10
+	const version = 11
 	if v := sqlite.SchemaVersion(); v != version {
 		t.Fatalf("SchemaVersion = %d, want %d", v, version)
 	}
@@ -170,5 +170,72 @@ func TestMigrateFromVersion1(t *testing.T) {
 	want := []string{"2 StepScheduled 1 charge", "3 AttemptStarted 1 charge"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("history after seq 1 = %q, want %q", got, want)
+	}
+}
+
+// TestMigrateKeepsRunLeases opens a database of schema 10, whose runs each
+// had their own lease: after the move to one lease per owner, a lease
+// held still holds until the latest of its owner's lapse times, and a
+// lapsed one is claimed at once.
+func TestMigrateKeepsRunLeases(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "reprise.db")
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var qs []string
+	for _, f := range files[:10] {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		qs = append(qs, string(b))
+	}
+	const minute = int64(time.Minute)
+	qs = append(qs,
+		`INSERT INTO runs (id, workflow, status, owner, lease_until, token, created_at) VALUES
+			('held-1', 'order', 'running', 'e1', 1*`+strconv.FormatInt(minute, 10)+`, 1, 1),
+			('held-2', 'order', 'running', 'e1', 2*`+strconv.FormatInt(minute, 10)+`, 1, 2),
+			('lapsed', 'order', 'running', 'e2', 1, 1, 3),
+			('free', 'order', 'pending', '', 0, 0, 4)`,
+		`INSERT INTO events (run_id, seq, execution, type, at, body)
+			SELECT id, 1, 1, 'RunStarted', created_at, '{"type":"RunStarted","workflow":"order"}' FROM runs`,
+		`PRAGMA user_version = 10`)
+	for _, q := range qs {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%.40s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	now := time.Unix(0, minute+1) // after held-1's own lapse time, before held-2's
+	s, err := sqlite.Open(t.Context(), path, &sqlite.Options{Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	claim := func() []string {
+		t.Helper()
+		leases, err := s.RunClaim(t.Context(), &store.RunClaimParams{Owner: "e3", Limit: 10, LeaseTTL: time.Hour})
+		if err != nil {
+			t.Fatalf("RunClaim: %v", err)
+		}
+		var ids []string
+		for _, l := range leases {
+			ids = append(ids, l.Run.ID)
+		}
+		return ids
+	}
+	if got, want := claim(), []string{"lapsed", "free"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %q, want %q", got, want)
+	}
+	now = time.Unix(0, 2*minute)
+	if got, want := claim(), []string{"held-1", "held-2"}; !slices.Equal(got, want) {
+		t.Fatalf("claimed %q once e1's lease lapsed, want %q", got, want)
 	}
 }

@@ -53,7 +53,7 @@ func (s *Store) RunRedrive(ctx context.Context, p *store.RunRedriveParams) (*sto
 			return err
 		}
 		_, err = tx.exec(`
-			UPDATE runs SET status = 'running', output = NULL, error = NULL, owner = '', lease_until = 0
+			UPDATE runs SET status = 'running', output = NULL, error = NULL, owner = ''
 			WHERE id = ?`, p.ID)
 		if err != nil {
 			return err

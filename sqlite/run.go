@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"reprise/store"
 )
@@ -77,16 +78,16 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 	var created bool
 	err = s.write(ctx, func(tx *txn) error {
 		lease, created = store.RunLease{}, false
-		var until, token int64
+		var token int64
 		if p.Owner != "" {
-			until, token = tx.nanos+int64(p.LeaseTTL), 1
+			token = 1
 		}
 		n, err := tx.exec(`
-			INSERT INTO runs (id, workflow, status, input, owner, lease_until, token, created_at,
+			INSERT INTO runs (id, workflow, status, input, owner, token, created_at,
 				parent_id, parent_position, parent_execution, trace_parent)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
-			p.ID, p.Workflow, string(status), blob(p.Input), p.Owner, until, token, tx.nanos,
+			p.ID, p.Workflow, string(status), blob(p.Input), p.Owner, token, tx.nanos,
 			nullString(p.ParentID), p.ParentPosition, p.ParentExecution, p.TraceParent)
 		if err != nil {
 			return err
@@ -94,6 +95,11 @@ func (s *Store) RunCreate(ctx context.Context, p *store.RunCreateParams) (store.
 		if n == 0 {
 			lease.Run, err = getRun(tx, p.ID)
 			return err
+		}
+		if p.Owner != "" {
+			if err := tx.holdLease(p.Owner, p.LeaseTTL); err != nil {
+				return err
+			}
 		}
 		started := []store.Event{p.Started()}
 		if first == nil {
@@ -273,16 +279,19 @@ func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.
 		filter = "AND workflow IN (" + placeholders(len(p.Workflows)) + ")"
 	}
 	query := `
-		UPDATE runs SET owner = ?, lease_until = ?, token = token + 1, status = 'running'
+		UPDATE runs SET owner = ?, token = token + 1, status = 'running'
 		WHERE id IN (
 			SELECT id FROM runs
-			WHERE status IN ('pending', 'running') AND lease_until <= ? ` + filter + `
+			WHERE owner = '' AND status IN ('pending', 'running') ` + filter + `
 			ORDER BY created_at, id LIMIT +?)
 		RETURNING id, token`
 	var leases []store.RunLease
 	err := s.write(ctx, func(tx *txn) error {
 		leases = leases[:0]
-		args := []any{p.Owner, tx.nanos + int64(p.LeaseTTL), tx.nanos}
+		if err := tx.releaseLapsed(); err != nil {
+			return err
+		}
+		args := []any{p.Owner}
 		for _, w := range p.Workflows {
 			args = append(args, w)
 		}
@@ -301,6 +310,12 @@ func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.
 			leases = append(leases, l)
 		}
 		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(leases) == 0 {
+			return nil
+		}
+		if err := tx.holdLease(p.Owner, p.LeaseTTL); err != nil {
 			return err
 		}
 		for i := range leases {
@@ -323,20 +338,63 @@ func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.
 	return leases, nil
 }
 
+// holdLease makes owner's lease, which all its runs share, lapse no
+// sooner than ttl from now (0011_owner_leases.sql).
+func (tx *txn) holdLease(owner string, ttl time.Duration) error {
+	_, err := tx.exec(`
+		INSERT INTO run_owners (owner, lease_until) VALUES (?, ?)
+		ON CONFLICT (owner) DO UPDATE SET lease_until = max(lease_until, excluded.lease_until)`,
+		owner, tx.nanos+int64(ttl))
+	return err
+}
+
+// releaseLapsed releases the runs of the owners whose lease lapsed, all of
+// an owner's at once.
+func (tx *txn) releaseLapsed() error {
+	rows, err := tx.query(`DELETE FROM run_owners WHERE lease_until <= ? RETURNING owner`, tx.nanos)
+	if err != nil {
+		return err
+	}
+	var owners []string
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			rows.Close()
+			return err
+		}
+		owners = append(owners, o)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, o := range owners {
+		if err := tx.release(o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release gives up every active run owner holds.
+func (tx *txn) release(owner string) error {
+	_, err := tx.exec(`UPDATE runs SET owner = '' WHERE owner = ? AND status IN ('pending', 'running')`, owner)
+	return err
+}
+
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
-// RunRenew sets the owner's run leases to lapse LeaseTTL from now. It
-// refuses what RunRenewParams' Check refuses (a LeaseTTL of zero or less).
+// RunRenew sets the owner's lease, which all its runs share, to lapse
+// LeaseTTL from now. It refuses what RunRenewParams' Check refuses (a
+// LeaseTTL of zero or less). An owner without a lease holds no runs.
 func (s *Store) RunRenew(ctx context.Context, p *store.RunRenewParams) error {
 	if err := p.Check(); err != nil {
 		return fmt.Errorf("renew runs of %s: %w", p.Owner, err)
 	}
 	err := s.write(ctx, func(tx *txn) error {
-		_, err := tx.exec(`
-			UPDATE runs SET lease_until = ?
-			WHERE owner = ? AND status IN ('pending', 'running')`, tx.nanos+int64(p.LeaseTTL), p.Owner)
+		_, err := tx.exec(`UPDATE run_owners SET lease_until = ? WHERE owner = ?`, tx.nanos+int64(p.LeaseTTL), p.Owner)
 		return err
 	})
 	if err != nil {
@@ -351,10 +409,10 @@ func (s *Store) RunRelease(ctx context.Context, p *store.RunReleaseParams) error
 		return fmt.Errorf("release runs of %s: %w", p.Owner, err)
 	}
 	err := s.write(ctx, func(tx *txn) error {
-		_, err := tx.exec(`
-			UPDATE runs SET owner = '', lease_until = 0
-			WHERE owner = ? AND status IN ('pending', 'running')`, p.Owner)
-		return err
+		if _, err := tx.exec(`DELETE FROM run_owners WHERE owner = ?`, p.Owner); err != nil {
+			return err
+		}
+		return tx.release(p.Owner)
 	})
 	if err != nil {
 		return fmt.Errorf("release runs of %s: %w", p.Owner, err)
