@@ -12,13 +12,14 @@ import (
 	"reprise/sqlite"
 )
 
-// benchEngine runs an engine on a SQLite file for the length of the benchmark.
-func benchEngine(b *testing.B) *reprise.Engine {
+// benchEngine runs an engine on a SQLite file for the length of the
+// benchmark, with obs as its observer (nil for none).
+func benchEngine(b *testing.B, obs reprise.Observer) *reprise.Engine {
 	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	e, err := reprise.New(reprise.Config{Store: st, MaxConcurrentSteps: 256})
+	e, err := reprise.New(reprise.Config{Store: st, MaxConcurrentSteps: 256, Observer: obs})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,7 +53,7 @@ func BenchmarkSteps(b *testing.B) {
 		{"fail-twice,runs=64", 64, 2},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			e := benchEngine(b)
+			e := benchEngine(b, nil)
 			b.ResetTimer()
 			cpu := bench.CPUTime()
 			res, err := bench.RunThroughput(b.Context(), e, b.N, bc.concurrency, bc.fail)
@@ -73,8 +74,9 @@ func BenchmarkSteps(b *testing.B) {
 // their planned ready time.
 func BenchmarkRetryLateness(b *testing.B) {
 	for range b.N {
-		e := benchEngine(b)
-		res, err := bench.RunLateness(b.Context(), e, 1000, 2*time.Second)
+		retries := new(bench.Retries)
+		e := benchEngine(b, retries)
+		res, err := bench.RunLateness(b.Context(), e, retries, 1000, 2*time.Second)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -147,63 +147,104 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
 }
 
-// Lateness is how late retries started against their planned time.
+// Lateness is how late retries started against their planned time, and
+// the process's peak resident memory meanwhile.
 type Lateness struct {
 	Retries       int
 	P50, P99, Max time.Duration
+	PeakRSS       uint64
 }
 
 func (l Lateness) String() string {
-	return fmt.Sprintf("%d retries: lateness p50 %v p99 %v max %v", l.Retries, l.P50, l.P99, l.Max)
+	return fmt.Sprintf("%d retries: lateness p50 %v p99 %v max %v; peak resident %.1f MB",
+		l.Retries, l.P50, l.P99, l.Max, float64(l.PeakRSS)/1e6)
+}
+
+// Retries is an observer, to set in the engine's Config, that keeps how
+// late each retry started against its planned time as the engine reports
+// them (AttemptInfo's Due and Started, what the metrics' retry lateness
+// reads). The lateness workloads read it rather than every run's history,
+// reads that would compete with the engine they measure.
+type Retries struct {
+	reprise.NopObserver
+	mu   sync.Mutex
+	late []time.Duration
+}
+
+// AttemptStarted keeps a retry's lateness.
+func (r *Retries) AttemptStarted(a reprise.AttemptInfo) {
+	if a.Attempt < 2 || a.Due.IsZero() {
+		return
+	}
+	r.mu.Lock()
+	r.late = append(r.late, max(a.Started.Sub(a.Due), 0))
+	r.mu.Unlock()
+}
+
+// wait waits until n retries have started, and returns their lateness,
+// sorted.
+func (r *Retries) wait(ctx context.Context, n int) ([]time.Duration, error) {
+	for {
+		r.mu.Lock()
+		if len(r.late) >= n {
+			late := slices.Clone(r.late)
+			r.mu.Unlock()
+			slices.Sort(late)
+			return late, nil
+		}
+		r.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// peakRSS samples the process's resident memory until stop is called, and
+// then returns the highest it saw.
+func peakRSS() (stop func() uint64) {
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		for {
+			peak.Store(max(peak.Load(), rss()))
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	})
+	return func() uint64 {
+		close(done)
+		sampler.Wait()
+		return peak.Load()
+	}
 }
 
 // RunLateness starts n runs whose step fails once and retries after a
-// backoff spread by full jitter over up to spread, waits for all, and
-// measures from the histories how late each retry started: the
-// AttemptStarted of attempt 2 against the retry_at of attempt 1.
-func RunLateness(ctx context.Context, e *reprise.Engine, n int, spread time.Duration) (Lateness, error) {
+// backoff spread by equal jitter over up to spread, and measures from r,
+// the engine's observer, how late each retry started.
+func RunLateness(ctx context.Context, e *reprise.Engine, r *Retries, n int, spread time.Duration) (Lateness, error) {
 	pol := fmt.Sprintf("[retry: 1, backoff: %s, backoff_kind: fixed, jitter: equal]", spread)
 	input, _ := json.Marshal(runInput{Fail: 1, Policy: pol})
-	ids := make([]string, n)
-	for i := range n {
-		run, err := startRun(ctx, e, input)
-		if err != nil {
+	stop := peakRSS()
+	for range n {
+		if _, err := startRun(ctx, e, input); err != nil {
+			stop()
 			return Lateness{}, err
 		}
-		ids[i] = run.ID
 	}
-	late, err := retryLateness(ctx, e, ids)
+	late, err := r.wait(ctx, n)
+	peak := stop()
 	if err != nil || len(late) == 0 {
 		return Lateness{}, err
 	}
-	return Lateness{Retries: len(late), P50: pct(late, 50), P99: pct(late, 99), Max: late[len(late)-1]}, nil
-}
-
-// retryLateness waits for runs ids to end and returns, sorted, how late
-// each retry started: the AttemptStarted of attempt 2 against the
-// retry_at of attempt 1.
-func retryLateness(ctx context.Context, e *reprise.Engine, ids []string) ([]time.Duration, error) {
-	var late []time.Duration
-	for _, id := range ids {
-		if _, err := e.WaitRun(ctx, id); err != nil {
-			return nil, err
-		}
-		events, err := e.History(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		var retryAt time.Time
-		for _, ev := range events {
-			switch {
-			case ev.Type == store.EventAttemptFailed:
-				retryAt = ev.RetryAt
-			case ev.Type == store.EventAttemptStarted && ev.Attempt == 2:
-				late = append(late, ev.At.Sub(retryAt))
-			}
-		}
-	}
-	slices.Sort(late)
-	return late, nil
+	return Lateness{Retries: len(late), P50: pct(late, 50), P99: pct(late, 99), Max: late[len(late)-1], PeakRSS: peak}, nil
 }
 
 // Flood is what a flood of starts did: runs started and starts refused
@@ -226,35 +267,20 @@ func (f Flood) String() string {
 
 // RunFlood has clients start runs as fast as they can for d, each run's
 // step failing once and retried after 1 s, a client that finds the engine
-// busy trying again 5 ms later; it then waits for every run started.
-func RunFlood(ctx context.Context, e *reprise.Engine, clients int, d time.Duration) (Flood, error) {
+// busy trying again 5 ms later; it then waits for the retries of every run
+// started, which r, the engine's observer, reports.
+func RunFlood(ctx context.Context, e *reprise.Engine, r *Retries, clients int, d time.Duration) (Flood, error) {
 	input, _ := json.Marshal(runInput{Fail: 1, Policy: "[retry: 1, backoff: 1s]"})
 	f := Flood{Clients: clients, For: d}
-	var mu sync.Mutex
-	var ids []string
-	var refused atomic.Int64
-	stop := make(chan struct{})
-	var peak atomic.Uint64
-	var sampler sync.WaitGroup
-	sampler.Go(func() {
-		t := time.NewTicker(50 * time.Millisecond)
-		defer t.Stop()
-		for {
-			peak.Store(max(peak.Load(), rss()))
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-		}
-	})
+	var started, refused atomic.Int64
+	stop := peakRSS()
 	deadline := time.Now().Add(d)
 	errs := make(chan error, clients)
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
 			for time.Now().Before(deadline) {
-				run, _, err := e.StartRun(ctx, oneStep.Name(), input)
+				_, _, err := e.StartRun(ctx, oneStep.Name(), input)
 				switch {
 				case errors.Is(err, reprise.ErrBusy):
 					refused.Add(1)
@@ -268,9 +294,7 @@ func RunFlood(ctx context.Context, e *reprise.Engine, clients int, d time.Durati
 					errs <- err
 					return
 				default:
-					mu.Lock()
-					ids = append(ids, run.ID)
-					mu.Unlock()
+					started.Add(1)
 				}
 			}
 		})
@@ -278,17 +302,15 @@ func RunFlood(ctx context.Context, e *reprise.Engine, clients int, d time.Durati
 	wg.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
-		close(stop)
-		sampler.Wait()
+		stop()
 		return Flood{}, err
 	}
-	late, err := retryLateness(ctx, e, ids)
-	close(stop)
-	sampler.Wait()
+	late, err := r.wait(ctx, int(started.Load()))
+	f.PeakRSS = stop()
 	if err != nil {
 		return Flood{}, err
 	}
-	f.Started, f.Refused, f.PeakRSS = len(ids), int(refused.Load()), peak.Load()
+	f.Started, f.Refused = int(started.Load()), int(refused.Load())
 	if len(late) > 0 {
 		f.P50, f.P99, f.Max = pct(late, 50), pct(late, 99), late[len(late)-1]
 	}

@@ -82,8 +82,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *lateness > 0 {
+		retries := new(bench.Retries)
+		cfg := cfg
+		cfg.Observer = retries
 		err := withEngine(ctx, *db, *observe, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
-			res, err := bench.RunLateness(ctx, e, *lateness, *latenessBackoff)
+			res, err := bench.RunLateness(ctx, e, retries, *lateness, *latenessBackoff)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", fmt.Sprintf("retry lateness, backoffs spread over %v-%v:", *latenessBackoff/2, *latenessBackoff), res)
 				p50, p99, most := bench.SleepJitter(1000)
@@ -97,8 +100,11 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *flood > 0 {
+		retries := new(bench.Retries)
+		cfg := cfg
+		cfg.Observer = retries
 		err := withEngine(ctx, *db, *observe, cfg, stderr, func(e *reprise.Engine, _ store.Store) error {
-			res, err := bench.RunFlood(ctx, e, 8, *flood)
+			res, err := bench.RunFlood(ctx, e, retries, 8, *flood)
 			if err == nil {
 				fmt.Fprintf(stdout, "%-56s %s\n", "flood of starts:", res)
 			}
@@ -158,6 +164,9 @@ func withEngine(ctx context.Context, db, observe string, cfg reprise.Config, std
 	defer st.Close()
 	cfg.Store = st
 	var obs observers
+	if cfg.Observer != nil { // the workload's own
+		obs = append(obs, cfg.Observer)
+	}
 	if observe == "metrics" || observe == "both" {
 		m, err := metrics.New(prometheus.NewRegistry())
 		if err != nil {
