@@ -42,6 +42,7 @@ type serverConfig struct {
 	addr              string
 	tokens            []string
 	leaseTTL          time.Duration
+	shutdownGrace     time.Duration
 	maxBody           int64
 	writers           int
 	readHeaderTimeout time.Duration
@@ -59,7 +60,7 @@ type serverConfig struct {
 // workflows and every step registered through the API, until SIGINT or
 // SIGTERM.
 func serverMain(args []string, stdout, stderr io.Writer) int {
-	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T]... [--lease-ttl D] [--writers N]\n"+
+	fs := newFlagSet("server", "[--db DB] [--addr HOST:PORT] [--token T]... [--lease-ttl D] [--shutdown-grace D] [--writers N]\n"+
 		"       [--max-body BYTES] [--max-conns N] [--read-header-timeout D] [--read-timeout D] [--write-timeout D] [--idle-timeout D]\n"+
 		"       [--worker-id ID] [--allow-step-hosts HOSTS]... [--max-resident-runs N] [--max-pending-runs N]")
 	var c serverConfig
@@ -68,6 +69,7 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:7420", "address to listen on; a non-loopback one needs a token")
 	fs.Var(&tokens, "token", fmt.Sprintf("a bearer `TOKEN` every API call must carry, %d characters or more; repeat it, or separate tokens with commas, to accept several (rotation) (default $REPRISE_TOKENS, comma-separated, and $REPRISE_TOKEN)", minTokenLen))
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 30*time.Second, "how long an attempt's lease lasts between heartbeats")
+	fs.DurationVar(&c.shutdownGrace, "shutdown-grace", 10*time.Second, "on SIGTERM or SIGINT, how long running attempts and requests may finish before they are cut off and the server exits")
 	fs.Int64Var(&c.maxBody, "max-body", 1<<20, "largest request body accepted, in bytes (413 beyond)")
 	fs.IntVar(&c.writers, "writers", 0, "PostgreSQL: transactions recording transitions at once (default 2; 1 when several engine processes share a small server)")
 	fs.IntVar(&c.maxConns, "max-conns", 512, "connections served at once; more wait to be accepted")
@@ -157,6 +159,7 @@ func (c *serverConfig) check() error {
 		}
 	}
 	positive("--lease-ttl", c.leaseTTL)
+	positive("--shutdown-grace", c.shutdownGrace)
 	positive("--read-header-timeout", c.readHeaderTimeout)
 	positive("--read-timeout", c.readTimeout)
 	positive("--idle-timeout", c.idleTimeout)
@@ -222,7 +225,7 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	if err != nil {
 		return err
 	}
-	cfg := reprise.Config{Store: st, Logger: logger, LeaseTTL: c.leaseTTL, WorkerID: c.workerID,
+	cfg := reprise.Config{Store: st, Logger: logger, LeaseTTL: c.leaseTTL, ShutdownGrace: c.shutdownGrace, WorkerID: c.workerID,
 		MaxResidentRuns: c.maxResident, MaxPendingRuns: c.maxPending, Observer: observer}
 	tracer, err := serverTracer(ctx)
 	if err != nil {
@@ -321,10 +324,18 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		err = <-served
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "reprise server: shutting down")
+		// The requests in flight and the engine's attempts share one
+		// grace: the engine stops as the server does, not after it. A
+		// run started meanwhile is in the store, for the next engine.
 		stopRequests()
-		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		stopEngine()
+		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.shutdownGrace)
 		err = srv.Shutdown(shutdownCtx)
 		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			fmt.Fprintln(stderr, "reprise server: requests still running after the shutdown grace were cut off")
+			err = srv.Close()
+		}
 		err = errors.Join(err, <-served)
 	}
 	stopEngine()
