@@ -276,7 +276,7 @@ func statusIndexed(s store.RunStatus) string {
 func (s *Store) RunClaim(ctx context.Context, p *store.RunClaimParams) ([]store.RunLease, error) {
 	filter := ""
 	if p.Workflows != nil {
-		filter = "AND workflow IN (" + placeholders(len(p.Workflows)) + ")"
+		filter = "AND +workflow IN (" + placeholders(len(p.Workflows)) + ")" // runs_free, not runs_workflow
 	}
 	query := `
 		UPDATE runs SET owner = ?, token = token + 1, status = 'running'
