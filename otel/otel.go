@@ -53,7 +53,9 @@ const (
 // API that got a pull worker's result, or the one whose reaper found its
 // lease lapsed), a step's with its last attempt's, a run's when it ends.
 // Their ids are derived from the run's trace context, so the spans of one
-// run form one tree though different processes emit them (ids.go).
+// run form one tree though different processes emit them (ids.go). The
+// spans are made off the engine's path, in batches, shortly after the
+// ends are reported (queue.go): ForceFlush makes those waiting.
 type Tracer struct {
 	reprise.NopObserver
 
@@ -64,7 +66,6 @@ type Tracer struct {
 	// this process never hears of (its lease lost mid-step, the attempt
 	// reaped by another process) stays: a few attributes, rarely.
 	notes sync.Map
-	names spanNames
 
 	queue    queue
 	building sync.Mutex // held by the one build at a time, which owns b
@@ -156,6 +157,7 @@ func (t *Tracer) Dropped() int64 {
 // (Tracer.building): its buffers are reused from span to span.
 type builder struct {
 	t     *Tracer
+	names spanNames
 	ctx   spanCtx
 	attrs []attribute.KeyValue
 	start [2]trace.SpanStartOption
@@ -195,7 +197,7 @@ func (b *builder) runEnded(end *reprise.RunEnd, now time.Time) {
 	}
 	b.attrs = append(b.attrs[:0], AttrRunID.String(end.RunID), AttrWorkflow.String(end.Workflow),
 		AttrRunStatus.String(string(end.Status)))
-	b.emit(rt.parent, rt.run, b.t.names.of("run ", end.Workflow), trace.SpanKindInternal,
+	b.emit(rt.parent, rt.run, b.names.of("run ", end.Workflow), trace.SpanKindInternal,
 		end.Status == reprise.RunFailed, "run failed", started, now)
 	if end.ParentID != "" && rt.parent.IsValid() {
 		b.emitChildStep(rt, end, started, now)
@@ -210,7 +212,7 @@ func (b *builder) emitChildStep(rt runTrace, end *reprise.RunEnd, started, ended
 	parentRun := rt.run.WithSpanID(spanID(rt.run.TraceID(), end.ParentID, -1, -1, -1))
 	b.attrs = append(b.attrs[:0], AttrRunID.String(end.ParentID), AttrChildRunID.String(end.RunID),
 		AttrStepStatus.String(string(end.Status)))
-	b.emit(parentRun, rt.parent, b.t.names.of("child ", end.Workflow), trace.SpanKindInternal,
+	b.emit(parentRun, rt.parent, b.names.of("child ", end.Workflow), trace.SpanKindInternal,
 		end.Status == reprise.RunFailed, "child run failed", started, ended)
 }
 
@@ -232,7 +234,7 @@ func (b *builder) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attemp
 	if end.ErrorType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(end.ErrorType))
 	}
-	name, kind := b.t.names.of("attempt ", end.Step), trace.SpanKindInternal
+	name, kind := b.names.of("attempt ", end.Step), trace.SpanKindInternal
 	if note != nil {
 		note.mu.Lock()
 		attrs = append(attrs, note.attrs...)
@@ -264,7 +266,7 @@ func (b *builder) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended 
 			semconv.ErrorTypeKey.String(end.ErrorType))
 	}
 	b.attrs = attrs
-	b.emit(rt.run, rt.step(end.Execution, end.Position), b.t.names.of("step ", end.Step), trace.SpanKindInternal,
+	b.emit(rt.run, rt.step(end.Execution, end.Position), b.names.of("step ", end.Step), trace.SpanKindInternal,
 		failed, end.ErrorType, started, ended)
 }
 
@@ -307,30 +309,23 @@ func (b *builder) emit(parent, sc trace.SpanContext, name string, kind trace.Spa
 var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 
 // spanNames keeps the names of spans ("attempt charge"), so that a span
-// does not make its name again: up to maxNames of them.
-type spanNames struct {
-	mu sync.RWMutex
-	m  map[[2]string]string
-}
+// does not make its name again: up to maxNames of them. Its builder owns
+// it.
+type spanNames map[[2]string]string
 
 const maxNames = 1000
 
 func (n *spanNames) of(prefix, name string) string {
 	k := [2]string{prefix, name}
-	n.mu.RLock()
-	s, ok := n.m[k]
-	n.mu.RUnlock()
-	if ok {
+	if s, ok := (*n)[k]; ok {
 		return s
 	}
-	s = prefix + name
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.m == nil {
-		n.m = make(map[[2]string]string)
+	s := prefix + name
+	if *n == nil {
+		*n = make(spanNames)
 	}
-	if len(n.m) < maxNames {
-		n.m[k] = s
+	if len(*n) < maxNames {
+		(*n)[k] = s
 	}
 	return s
 }
