@@ -54,7 +54,7 @@ type Gauges struct {
 	ready    *prometheus.Desc
 	resident *prometheus.Desc
 	failures prometheus.Counter
-	steps    *capped
+	steps    *capped[string]
 
 	mu    sync.Mutex
 	stats store.Stats
@@ -93,11 +93,11 @@ func NewGauges(reg prometheus.Registerer, cfg GaugesConfig) (*Gauges, error) {
 			Name: "reprise_stats_read_errors_total",
 			Help: "Reads of the store's counts that failed or timed out; the gauges kept the values read before.",
 		}),
-		steps: newCapped(MaxSteps),
+		steps: newCapped(MaxSteps, label),
 		known: make(map[string]bool),
 	}
 	for _, s := range cfg.Steps {
-		g.known[g.steps.value(s)] = true
+		g.known[g.steps.get(s)] = true
 	}
 	if err := reg.Register(g); err != nil {
 		return nil, err
@@ -169,7 +169,7 @@ func (g *Gauges) last() (retrying int, ready map[string]int) {
 		ready[step] = 0
 	}
 	for _, step := range slices.Sorted(maps.Keys(g.stats.Ready)) {
-		label := g.steps.value(step)
+		label := g.steps.get(step)
 		g.known[label] = true
 		ready[label] += g.stats.Ready[step]
 	}

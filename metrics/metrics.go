@@ -5,6 +5,7 @@ package metrics
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -38,7 +39,9 @@ type Collector struct {
 	lapsed       prometheus.Counter
 	stale        prometheus.Counter
 
-	steps, workflows, errorTypes *capped
+	steps      *capped[*stepMetrics]
+	workflows  *capped[*workflowMetrics]
+	errorTypes *capped[string]
 }
 
 var _ reprise.Observer = (*Collector)(nil)
@@ -90,9 +93,9 @@ func New(reg prometheus.Registerer) (*Collector, error) {
 			Name: "reprise_stale_results_total",
 			Help: "Results refused for a stale token or a lapsed lease.",
 		}),
-		steps:      newCapped(MaxSteps),
-		workflows:  newCapped(MaxWorkflows),
-		errorTypes: newCapped(MaxErrorTypes),
+		steps:      newCapped(MaxSteps, newStepMetrics),
+		workflows:  newCapped(MaxWorkflows, newWorkflowMetrics),
+		errorTypes: newCapped(MaxErrorTypes, label),
 	}
 	for _, m := range []prometheus.Collector{c.attempts, c.retries, c.stepsFailed, c.duration, c.delay, c.lateness,
 		c.toStart, c.runsFinished, c.lapsed, c.stale} {
@@ -113,30 +116,32 @@ func (c *Collector) AttemptStarted(a reprise.AttemptInfo) {
 	if a.Due.IsZero() || a.Started.IsZero() {
 		return
 	}
-	step := c.steps.value(a.Step)
+	m := c.steps.get(a.Step)
 	wait := max(a.Started.Sub(a.Due), 0).Seconds()
-	c.toStart.WithLabelValues(step).Observe(wait)
+	m.toStart.of(c.toStart, m.label).Observe(wait)
 	if a.Attempt > 1 {
-		c.lateness.WithLabelValues(step).Observe(wait)
+		m.lateness.of(c.lateness, m.label).Observe(wait)
 	}
 }
 
 // AttemptEnded counts the attempt, its duration and the decision on it.
 func (c *Collector) AttemptEnded(a reprise.AttemptEnd) {
-	step := c.steps.value(a.Step)
+	m := c.steps.get(a.Step)
 	errType := ""
 	if a.ErrorType != "" {
-		errType = c.errorTypes.value(a.ErrorType)
+		errType = c.errorTypes.get(a.ErrorType)
 	}
-	c.attempts.WithLabelValues(step, string(a.Outcome), errType).Inc()
-	c.duration.WithLabelValues(step).Observe(a.Duration.Seconds())
+	m.attempts.of([2]string{string(a.Outcome), errType}, func(k [2]string) prometheus.Counter {
+		return c.attempts.WithLabelValues(m.label, k[0], k[1])
+	}).Inc()
+	m.duration.of(c.duration, m.label).Observe(a.Duration.Seconds())
 	switch {
 	case a.Outcome == reprise.OutcomeOK || a.Outcome == reprise.OutcomeCancelled:
 	case a.Retry:
-		c.retries.WithLabelValues(step).Inc()
-		c.delay.WithLabelValues(step).Observe(a.Delay.Seconds())
+		m.retries.of(c.retries, m.label).Inc()
+		m.delay.of(c.delay, m.label).Observe(a.Delay.Seconds())
 	default:
-		c.stepsFailed.WithLabelValues(step, string(a.StopReason)).Inc()
+		c.stepsFailed.WithLabelValues(m.label, string(a.StopReason)).Inc() // once a step, not an attempt
 	}
 }
 
@@ -148,34 +153,108 @@ func (c *Collector) StaleResultRefused(reprise.AttemptInfo) { c.stale.Inc() }
 
 // RunEnded counts a run that ended.
 func (c *Collector) RunEnded(r reprise.RunEnd) {
-	c.runsFinished.WithLabelValues(c.workflows.value(r.Workflow), string(r.Status)).Inc()
+	m := c.workflows.get(r.Workflow)
+	m.finished.of(r.Status, func(s reprise.RunStatus) prometheus.Counter {
+		return c.runsFinished.WithLabelValues(m.label, string(s))
+	}).Inc()
 }
 
-// capped hands out label values, the first limit distinct ones as they
-// are and any later one as Other.
-type capped struct {
-	limit int
-	mu    sync.RWMutex
-	seen  map[string]struct{}
+// A stepMetrics holds the series of one step label, each made when first
+// counted (as WithLabelValues makes it): where WithLabelValues hashes
+// and compares the label values on each call, these are looked up once.
+type stepMetrics struct {
+	label                              string
+	toStart, lateness, duration, delay series[prometheus.Observer]
+	retries                            series[prometheus.Counter]
+	// attempts are the step's series of reprise_attempts_total, by
+	// outcome and error type (a capped label).
+	attempts counters[[2]string]
 }
 
-func newCapped(limit int) *capped { return &capped{limit: limit, seen: make(map[string]struct{})} }
+func newStepMetrics(label string) *stepMetrics { return &stepMetrics{label: label} }
 
-func (c *capped) value(v string) string {
+// A workflowMetrics holds the series of one workflow label:
+// reprise_runs_finished_total's, by status.
+type workflowMetrics struct {
+	label    string
+	finished counters[reprise.RunStatus]
+}
+
+func newWorkflowMetrics(label string) *workflowMetrics { return &workflowMetrics{label: label} }
+
+// counters are the series of a vector for one step or workflow, by their
+// other labels (K), each made when first counted.
+type counters[K comparable] struct {
+	mu sync.RWMutex
+	m  map[K]prometheus.Counter
+}
+
+// of returns the series for k, made if it is the first time.
+func (c *counters[K]) of(k K, made func(K) prometheus.Counter) prometheus.Counter {
 	c.mu.RLock()
-	_, ok := c.seen[v]
+	ctr, ok := c.m[k]
 	c.mu.RUnlock()
 	if ok {
-		return v
+		return ctr
+	}
+	ctr = made(k)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = make(map[K]prometheus.Counter)
+	}
+	c.m[k] = ctr
+	return ctr
+}
+
+// A series is a step's series of a vector labelled by step alone, made
+// when first used.
+type series[T any] struct{ p atomic.Pointer[T] }
+
+// of returns the series of vec for label. Two goroutines may both make
+// it: WithLabelValues returns the same one.
+func (s *series[T]) of(vec interface{ WithLabelValues(...string) T }, label string) T {
+	if p := s.p.Load(); p != nil {
+		return *p
+	}
+	v := vec.WithLabelValues(label)
+	s.p.Store(&v)
+	return v
+}
+
+// capped hands out what belongs to label values (made by of): the first
+// limit distinct values each have their own, any later one Other's.
+type capped[T any] struct {
+	limit int
+	of    func(label string) T
+	mu    sync.RWMutex
+	seen  map[string]T
+	other T
+}
+
+func newCapped[T any](limit int, of func(label string) T) *capped[T] {
+	return &capped[T]{limit: limit, of: of, seen: make(map[string]T), other: of(Other)}
+}
+
+// label is the of of a capped that hands out the label values themselves.
+func label(v string) string { return v }
+
+func (c *capped[T]) get(v string) T {
+	c.mu.RLock()
+	x, ok := c.seen[v]
+	c.mu.RUnlock()
+	if ok {
+		return x
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.seen[v]; ok {
-		return v
+	if x, ok := c.seen[v]; ok {
+		return x
 	}
 	if len(c.seen) >= c.limit {
-		return Other
+		return c.other
 	}
-	c.seen[v] = struct{}{}
-	return v
+	x = c.of(v)
+	c.seen[v] = x
+	return x
 }

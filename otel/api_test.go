@@ -34,7 +34,7 @@ func newAPIServer(t *testing.T) *apiServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	cfg, exp := tracing(t)
+	cfg, spans := tracing(t)
 	cfg.Store, cfg.PollInterval, cfg.ShutdownGrace = st, 50*time.Millisecond, time.Second
 	e := reprisetest.Run(t, *cfg)
 	h, err := httpapi.NewHandler(e, st, httpapi.Options{MaxWait: 10 * time.Second})
@@ -47,7 +47,7 @@ func newAPIServer(t *testing.T) *apiServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &apiServer{url: hs.URL, client: c, engine: e, spans: func() spanList { return spanList(exp.GetSpans()) }}
+	return &apiServer{url: hs.URL, client: c, engine: e, spans: spans}
 }
 
 // start posts a start with a traceparent header (when tp is not empty)

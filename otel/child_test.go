@@ -27,7 +27,7 @@ func childDefs() []reprise.Definition {
 // own, under the parent's run span), and keeps that trace context.
 func TestChildRunInParentsTrace(t *testing.T) {
 	t.Parallel()
-	cfg, exp := tracing(t)
+	cfg, spansOf := tracing(t)
 	env := reprisetest.New(t, cfg, childDefs()...)
 	if _, _, err := env.Engine.StartRun(t.Context(), "order", []byte("7"), reprise.WithRunID("order-7"),
 		reprise.WithTraceParent(callerTP)); err != nil {
@@ -36,7 +36,7 @@ func TestChildRunInParentsTrace(t *testing.T) {
 	env.Wait("order-7")
 	env.Settle()
 
-	spans := spansOf(t, exp)
+	spans := spansOf()
 	for _, s := range spans {
 		if s.SpanContext.TraceID().String() != callerTrace {
 			t.Errorf("span %q in trace %s, want the parent's %s", s.Name, s.SpanContext.TraceID(), callerTrace)

@@ -28,14 +28,18 @@ import (
 
 // crashDefs is a workflow of one step whose first attempt fails, whose
 // second hangs in the child (which is killed then), and whose third
-// succeeds. hung, when set, is a file the second attempt creates.
-func crashDefs(hung string) []reprise.Definition {
+// succeeds. hung, when set, is a file the second attempt creates, once
+// the spans of what ended before it are exported (tr).
+func crashDefs(hung string, tr *otel.Tracer) []reprise.Definition {
 	flaky := reprise.NewStep("flaky", func(ctx context.Context, _ int) (string, error) {
 		info, _ := reprise.StepInfoFrom(ctx)
 		switch {
 		case info.Attempt == 1:
 			return "", retry.NewError("Flaky", "first try fails")
 		case info.Attempt == 2 && hung != "":
+			if err := tr.ForceFlush(ctx); err != nil {
+				return "", err
+			}
 			if err := os.WriteFile(hung, nil, 0o644); err != nil {
 				return "", err
 			}
@@ -106,7 +110,7 @@ func TestTraceCrashChild(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Register(crashDefs(filepath.Join(dir, "hung"))...); err != nil {
+	if err := e.Register(crashDefs(filepath.Join(dir, "hung"), tr)...); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
@@ -172,16 +176,16 @@ func TestTraceSurvivesCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() }) // after the engine stops: cleanups run last first
-	cfg, exp := tracing(t)
+	cfg, spansOf := tracing(t)
 	cfg.Store, cfg.LeaseTTL, cfg.RunLeaseTTL, cfg.PollInterval = st, time.Second, time.Second, 100*time.Millisecond
-	e := reprisetest.Run(t, *cfg, crashDefs("")...)
+	e := reprisetest.Run(t, *cfg, crashDefs("", nil)...)
 	if run, err := e.WaitRun(t.Context(), "run-1"); err != nil || run.Status != reprise.RunCompleted {
 		t.Fatalf("run-1: %v, %v; want completed", run, err)
 	}
 	var spans spanList
 	for deadline := time.Now().Add(10 * time.Second); len(spans.all("run crash")) == 0 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond) // the run's span comes after its end is recorded
-		spans = spanList(exp.GetSpans())
+		spans = spansOf()
 	}
 	runSpan := spans.one(t, "run crash")
 	step := spans.one(t, "step flaky")

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // The spans of a run have ids that any process derives from the run's
@@ -127,32 +128,49 @@ func newTraceParent(runID string) string {
 }
 
 // ids is the TracerProvider's IDGenerator: the ids a span is started with
-// (withIDs), else random ones, as the SDK's own.
+// (spanCtx), else random ones, as the SDK's own.
 type ids struct{}
 
 type idsKey struct{}
 
-// idsCtx is a context that asks for sc's ids: one allocation, where a
-// context.WithValue would take two (the context, and sc boxed).
-type idsCtx struct {
+// A spanCtx is the context a span of reprise's is started with: its
+// parent span's context (none when not valid) and the ids it takes. A
+// builder reuses one for all its spans, set anew for each, where a new one
+// would take three allocations a span; the SDK does not keep it past the
+// span's start.
+type spanCtx struct {
 	context.Context //nolint:containedctx // a context itself, wrapping its parent
+	parent          parentSpan
 	sc              trace.SpanContext
 }
 
-func (c *idsCtx) Value(key any) any {
+// parentSpan is the parent a spanCtx names: a span context alone.
+type parentSpan struct {
+	noop.Span
+	sc trace.SpanContext
+}
+
+func (p *parentSpan) SpanContext() trace.SpanContext { return p.sc }
+
+// of returns c set to start the span sc, child of parent.
+func (c *spanCtx) of(parent, sc trace.SpanContext) context.Context {
+	if c.Context == nil {
+		//nolint:forbidigo // an Observer's calls bring no context; the span's parent and ids are set on this one
+		c.Context = trace.ContextWithSpan(context.Background(), &c.parent)
+	}
+	c.parent.sc, c.sc = parent, sc
+	return c
+}
+
+func (c *spanCtx) Value(key any) any {
 	if key == (idsKey{}) {
 		return c
 	}
 	return c.Context.Value(key)
 }
 
-// withIDs asks the span started with ctx to take sc's trace and span ids.
-func withIDs(ctx context.Context, sc trace.SpanContext) context.Context {
-	return &idsCtx{ctx, sc}
-}
-
 func (ids) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
-	if c, ok := ctx.Value(idsKey{}).(*idsCtx); ok {
+	if c, ok := ctx.Value(idsKey{}).(*spanCtx); ok {
 		return c.sc.TraceID(), c.sc.SpanID()
 	}
 	var tid trace.TraceID
@@ -162,7 +180,7 @@ func (ids) NewIDs(ctx context.Context) (trace.TraceID, trace.SpanID) {
 }
 
 func (ids) NewSpanID(ctx context.Context, _ trace.TraceID) trace.SpanID {
-	if c, ok := ctx.Value(idsKey{}).(*idsCtx); ok {
+	if c, ok := ctx.Value(idsKey{}).(*spanCtx); ok {
 		return c.sc.SpanID()
 	}
 	return randomSpanID()

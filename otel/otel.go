@@ -53,7 +53,9 @@ const (
 // API that got a pull worker's result, or the one whose reaper found its
 // lease lapsed), a step's with its last attempt's, a run's when it ends.
 // Their ids are derived from the run's trace context, so the spans of one
-// run form one tree though different processes emit them (ids.go).
+// run form one tree though different processes emit them (ids.go). The
+// spans are made off the engine's path, in batches, shortly after the
+// ends are reported (queue.go): ForceFlush makes those waiting.
 type Tracer struct {
 	reprise.NopObserver
 
@@ -64,7 +66,10 @@ type Tracer struct {
 	// this process never hears of (its lease lost mid-step, the attempt
 	// reaped by another process) stays: a few attributes, rarely.
 	notes sync.Map
-	names spanNames
+
+	queue    queue
+	building sync.Mutex // held by the one build at a time, which owns b
+	b        builder
 }
 
 var (
@@ -79,15 +84,23 @@ var (
 // opts. Call Shutdown when done to export what is left.
 func New(opts ...sdktrace.TracerProviderOption) *Tracer {
 	p := sdktrace.NewTracerProvider(append(slices.Clip(opts), sdktrace.WithIDGenerator(ids{}))...)
-	return &Tracer{provider: p, tracer: p.Tracer("reprise")}
+	t := &Tracer{provider: p, tracer: p.Tracer("reprise")}
+	t.b.t = t
+	return t
 }
 
 // TracerProvider returns the provider of the Tracer's spans, for spans of
 // the caller's own in the same pipeline.
 func (t *Tracer) TracerProvider() trace.TracerProvider { return t.provider }
 
-// Shutdown exports the spans not exported yet and stops the provider.
-func (t *Tracer) Shutdown(ctx context.Context) error { return t.provider.Shutdown(ctx) }
+// Shutdown makes the spans of the ends queued, exports the spans not
+// exported yet and stops the provider. Ends reported after it are
+// dropped.
+func (t *Tracer) Shutdown(ctx context.Context) error {
+	t.queue.close()
+	t.flush()
+	return t.provider.Shutdown(ctx)
+}
 
 // NewTraceParent makes the trace context of a run started without one: a
 // new trace, whose root is the run's span.
@@ -113,52 +126,81 @@ func (t *Tracer) ChildTraceParent(runID, tp string, execution, position int) str
 	return traceParent(traceOf(runID, tp).step(execution, position))
 }
 
-// AttemptEnded emits the attempt's span and, if the step ended with it,
+// AttemptEnded queues the attempt's span and, if the step ended with it,
+// the step's, to be made with the next batch (queue.go).
+func (t *Tracer) AttemptEnded(a reprise.AttemptEnd) {
+	t.push(&end{at: time.Now(), attempt: a})
+}
+
+// RunEnded queues the run's span, and a child run's step in its parent.
+func (t *Tracer) RunEnded(r reprise.RunEnd) {
+	t.push(&end{at: time.Now(), isRun: true, run: r})
+}
+
+// ForceFlush makes the spans of the ends queued and has the provider's
+// processors export them.
+func (t *Tracer) ForceFlush(ctx context.Context) error {
+	t.flush()
+	return t.provider.ForceFlush(ctx)
+}
+
+// Dropped returns how many ends of attempts and runs found the queue full
+// (the spans are made far slower than the engine ends them) and were
+// dropped: their spans are missing.
+func (t *Tracer) Dropped() int64 {
+	t.queue.mu.Lock()
+	defer t.queue.mu.Unlock()
+	return t.queue.dropped
+}
+
+// A builder makes the spans of the ends queued, one batch at a time
+// (Tracer.building): its buffers are reused from span to span.
+type builder struct {
+	t     *Tracer
+	names spanNames
+	ctx   spanCtx
+	attrs []attribute.KeyValue
+	start [2]trace.SpanStartOption
+	end   [1]trace.SpanEndOption
+}
+
+// attemptEnded emits the attempt's span and, if the step ended with it,
 // the step's.
-func (t *Tracer) AttemptEnded(end reprise.AttemptEnd) {
+func (b *builder) attemptEnded(end *reprise.AttemptEnd, now time.Time) {
 	var note *attemptSpan
-	if v, ok := t.notes.LoadAndDelete(keyOf(end.AttemptInfo)); ok {
+	if v, ok := b.t.notes.LoadAndDelete(keyOf(end.AttemptInfo)); ok {
 		note, _ = v.(*attemptSpan)
 	}
 	rt := traceOf(end.RunID, end.TraceParent)
 	if !rt.run.IsSampled() {
 		return
 	}
-	now := time.Now()
 	started := now.Add(-end.Duration)
-	t.emitAttempt(rt, &end, note, started, now)
+	b.emitAttempt(rt, end, note, started, now)
 	if end.Outcome == reprise.OutcomeOK || end.Outcome == reprise.OutcomeCancelled || !end.Retry {
 		if !end.StepStarted.IsZero() && end.StepStarted.Before(started) {
 			started = end.StepStarted
 		}
-		t.emitStep(rt, &end, started, now)
+		b.emitStep(rt, end, started, now)
 	}
 }
 
-// RunEnded emits the run's span.
-func (t *Tracer) RunEnded(end reprise.RunEnd) {
+// runEnded emits the run's span, and a child run's step in its parent.
+func (b *builder) runEnded(end *reprise.RunEnd, now time.Time) {
 	rt := traceOf(end.RunID, end.TraceParent)
 	if !rt.run.IsSampled() {
 		return
 	}
-	now := time.Now()
 	started := now
 	if !end.Created.IsZero() && end.Created.Before(now) {
 		started = end.Created
 	}
-	//nolint:forbidigo // an Observer's calls bring no context; the span's parent and ids are set on this one
-	ctx := context.Background()
-	if rt.parent.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, rt.parent)
-	}
-	_, span := t.tracer.Start(withIDs(ctx, rt.run), t.names.of("run ", end.Workflow), trace.WithTimestamp(started))
-	span.SetAttributes(AttrRunID.String(end.RunID), AttrWorkflow.String(end.Workflow), AttrRunStatus.String(string(end.Status)))
-	if end.Status == reprise.RunFailed {
-		span.SetStatus(codes.Error, "run failed")
-	}
-	span.End(trace.WithTimestamp(now))
+	b.attrs = append(b.attrs[:0], AttrRunID.String(end.RunID), AttrWorkflow.String(end.Workflow),
+		AttrRunStatus.String(string(end.Status)))
+	b.emit(rt.parent, rt.run, b.names.of("run ", end.Workflow), trace.SpanKindInternal,
+		end.Status == reprise.RunFailed, "run failed", started, now)
 	if end.ParentID != "" && rt.parent.IsValid() {
-		t.emitChildStep(rt, &end, started, now)
+		b.emitChildStep(rt, end, started, now)
 	}
 }
 
@@ -166,20 +208,19 @@ func (t *Tracer) RunEnded(end reprise.RunEnd) {
 // the child's run span's parent (ChildTraceParent), a child of the
 // parent's run span. It ends with the child, which is when the parent's
 // step ends.
-func (t *Tracer) emitChildStep(rt runTrace, end *reprise.RunEnd, started, ended time.Time) {
+func (b *builder) emitChildStep(rt runTrace, end *reprise.RunEnd, started, ended time.Time) {
 	parentRun := rt.run.WithSpanID(spanID(rt.run.TraceID(), end.ParentID, -1, -1, -1))
-	attrs := []attribute.KeyValue{AttrRunID.String(end.ParentID), AttrChildRunID.String(end.RunID),
-		AttrStepStatus.String(string(end.Status))}
-	t.emit(parentRun, rt.parent, t.names.of("child ", end.Workflow), trace.SpanKindInternal, attrs,
+	b.attrs = append(b.attrs[:0], AttrRunID.String(end.ParentID), AttrChildRunID.String(end.RunID),
+		AttrStepStatus.String(string(end.Status)))
+	b.emit(parentRun, rt.parent, b.names.of("child ", end.Workflow), trace.SpanKindInternal,
 		end.Status == reprise.RunFailed, "child run failed", started, ended)
 }
 
 // emitAttempt emits an attempt's span, child of its step's.
-func (t *Tracer) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attemptSpan, started, ended time.Time) {
-	buf := attrPool.Get().(*attrBuf)
-	defer attrPool.Put(buf)
-	attrs := append(stepAttrs(buf.kv[:0], end),
+func (b *builder) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attemptSpan, started, ended time.Time) {
+	attrs := append(stepAttrs(b.attrs[:0], end),
 		AttrAttempt.Int(end.Attempt), AttrOutcome.String(string(end.Outcome)))
+
 	if end.Worker != "" {
 		attrs = append(attrs, AttrWorker.String(end.Worker))
 	}
@@ -193,7 +234,7 @@ func (t *Tracer) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attempt
 	if end.ErrorType != "" {
 		attrs = append(attrs, semconv.ErrorTypeKey.String(end.ErrorType))
 	}
-	name, kind := t.names.of("attempt ", end.Step), trace.SpanKindInternal
+	name, kind := b.names.of("attempt ", end.Step), trace.SpanKindInternal
 	if note != nil {
 		note.mu.Lock()
 		attrs = append(attrs, note.attrs...)
@@ -205,16 +246,14 @@ func (t *Tracer) emitAttempt(rt runTrace, end *reprise.AttemptEnd, note *attempt
 		}
 		note.mu.Unlock()
 	}
-	t.emit(rt.step(end.Execution, end.Position), rt.attempt(end.Execution, end.Position, end.Attempt), name, kind,
-		attrs, failed, end.ErrorType, started, ended)
-	clear(attrs) // the pool keeps no strings alive
+	b.attrs = attrs
+	b.emit(rt.step(end.Execution, end.Position), rt.attempt(end.Execution, end.Position, end.Attempt), name, kind,
+		failed, end.ErrorType, started, ended)
 }
 
 // emitStep emits a step's span, child of its run's.
-func (t *Tracer) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended time.Time) {
-	buf := attrPool.Get().(*attrBuf)
-	defer attrPool.Put(buf)
-	attrs := append(stepAttrs(buf.kv[:0], end), AttrAttempts.Int(end.Attempt))
+func (b *builder) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended time.Time) {
+	attrs := append(stepAttrs(b.attrs[:0], end), AttrAttempts.Int(end.Attempt))
 	failed := false
 	switch end.Outcome {
 	case reprise.OutcomeOK:
@@ -226,16 +265,10 @@ func (t *Tracer) emitStep(rt runTrace, end *reprise.AttemptEnd, started, ended t
 		attrs = append(attrs, AttrStepStatus.String("failed"), AttrStopReason.String(string(end.StopReason)),
 			semconv.ErrorTypeKey.String(end.ErrorType))
 	}
-	t.emit(rt.run, rt.step(end.Execution, end.Position), t.names.of("step ", end.Step), trace.SpanKindInternal,
-		attrs, failed, end.ErrorType, started, ended)
-	clear(attrs)
+	b.attrs = attrs
+	b.emit(rt.run, rt.step(end.Execution, end.Position), b.names.of("step ", end.Step), trace.SpanKindInternal,
+		failed, end.ErrorType, started, ended)
 }
-
-// An attrBuf holds a span's attributes while it is made: the span copies
-// them.
-type attrBuf struct{ kv [16]attribute.KeyValue }
-
-var attrPool = sync.Pool{New: func() any { return new(attrBuf) }}
 
 // stepAttrs appends the attributes of a step's span and its attempts'.
 func stepAttrs(attrs []attribute.KeyValue, end *reprise.AttemptEnd) []attribute.KeyValue {
@@ -250,53 +283,49 @@ func stepAttrs(attrs []attribute.KeyValue, end *reprise.AttemptEnd) []attribute.
 	return attrs
 }
 
-// emit emits a span with the id of sc, child of parent.
-func (t *Tracer) emit(parent, sc trace.SpanContext, name string, kind trace.SpanKind, attrs []attribute.KeyValue,
+// emit emits a span with the id of sc, child of parent (none if parent is
+// not valid), and the attributes in b.attrs. The span copies them; the
+// builder keeps the buffer, cleared so that it keeps no strings alive.
+func (b *builder) emit(parent, sc trace.SpanContext, name string, kind trace.SpanKind,
 	failed bool, errType string, started, ended time.Time,
 ) {
-	//nolint:forbidigo // an Observer's calls bring no context; the span's parent and ids are set on this one
-	ctx := withIDs(trace.ContextWithRemoteSpanContext(context.Background(), parent), sc)
-	var span trace.Span
+	ctx := b.ctx.of(parent, sc)
+	opts := append(b.start[:0], trace.WithTimestamp(started))
 	if kind == trace.SpanKindClient {
-		_, span = t.tracer.Start(ctx, name, trace.WithTimestamp(started), clientKind)
-	} else {
-		_, span = t.tracer.Start(ctx, name, trace.WithTimestamp(started)) // internal, the default
+		opts = append(opts, clientKind) // internal is the default
 	}
-	span.SetAttributes(attrs...) // copied once, where the start's option would copy them twice
+	_, span := b.t.tracer.Start(ctx, name, opts...)
+	span.SetAttributes(b.attrs...) // copied once, where the start's option would copy them twice
 	if failed {
 		span.SetStatus(codes.Error, errType)
 	}
-	span.End(trace.WithTimestamp(ended))
+	b.end[0] = trace.WithTimestamp(ended)
+	span.End(b.end[:]...)
+	clear(b.attrs)
+	clear(opts)
 }
 
 // clientKind is the option of an HTTP step's attempt span, made once.
 var clientKind = trace.WithSpanKind(trace.SpanKindClient)
 
 // spanNames keeps the names of spans ("attempt charge"), so that a span
-// does not make its name again: up to maxNames of them.
-type spanNames struct {
-	mu sync.RWMutex
-	m  map[[2]string]string
-}
+// does not make its name again: up to maxNames of them. Its builder owns
+// it.
+type spanNames map[[2]string]string
 
 const maxNames = 1000
 
 func (n *spanNames) of(prefix, name string) string {
 	k := [2]string{prefix, name}
-	n.mu.RLock()
-	s, ok := n.m[k]
-	n.mu.RUnlock()
-	if ok {
+	if s, ok := (*n)[k]; ok {
 		return s
 	}
-	s = prefix + name
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.m == nil {
-		n.m = make(map[[2]string]string)
+	s := prefix + name
+	if *n == nil {
+		*n = make(spanNames)
 	}
-	if len(n.m) < maxNames {
-		n.m[k] = s
+	if len(*n) < maxNames {
+		(*n)[k] = s
 	}
 	return s
 }

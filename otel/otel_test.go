@@ -55,13 +55,20 @@ func orderDefs(chargeFails int, permanent bool) []reprise.Definition {
 }
 
 // tracing returns a Tracer exporting to an in-memory exporter, set on an
-// engine's config.
-func tracing(t *testing.T) (*reprise.Config, *tracetest.InMemoryExporter) {
+// engine's config, and what it exported: the spans of all that ended so
+// far, once flushed.
+func tracing(t *testing.T) (*reprise.Config, func() spanList) {
 	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tr := otel.New(sdktrace.WithSyncer(exp))
 	t.Cleanup(func() { _ = tr.Shutdown(context.WithoutCancel(t.Context())) })
-	return &reprise.Config{Tracer: tr, Observer: tr}, exp
+	spans := func() spanList {
+		if err := tr.ForceFlush(t.Context()); err != nil {
+			t.Errorf("flush the spans: %v", err)
+		}
+		return spanList(exp.GetSpans())
+	}
+	return &reprise.Config{Tracer: tr, Observer: tr}, spans
 }
 
 // A retried step makes a span per attempt, children of the step's span,
@@ -69,7 +76,7 @@ func tracing(t *testing.T) (*reprise.Config, *tracetest.InMemoryExporter) {
 // place, the attempt, the error type and the policy's decision.
 func TestRetriedStep(t *testing.T) {
 	t.Parallel()
-	cfg, exp := tracing(t)
+	cfg, spansOf := tracing(t)
 	env := reprisetest.New(t, cfg, orderDefs(2, false)...)
 	run, _, err := env.Engine.StartRun(t.Context(), "order", []byte("7"), reprise.WithRunID("order-7"),
 		reprise.WithTraceParent(callerTP))
@@ -82,7 +89,7 @@ func TestRetriedStep(t *testing.T) {
 	env.Wait("order-7")
 	env.Settle() // the run's end is reported after it is recorded
 
-	spans := spansOf(t, exp)
+	spans := spansOf()
 	runSpan := spans.one(t, "run order")
 	if runSpan.Parent.SpanID().String() != callerSpan || runSpan.SpanContext.TraceID().String() != callerTrace {
 		t.Fatalf("run span's parent = %v, want the caller's span %s in trace %s", runSpan.Parent, callerSpan, callerTrace)
@@ -148,7 +155,7 @@ func TestRetriedStep(t *testing.T) {
 // trace, whose root is the run's span. A step the policy stops says why.
 func TestNewTraceAndStop(t *testing.T) {
 	t.Parallel()
-	cfg, exp := tracing(t)
+	cfg, spansOf := tracing(t)
 	env := reprisetest.New(t, cfg, orderDefs(1, true)...)
 	run, _, err := env.Engine.StartRun(t.Context(), "order", []byte("1"), reprise.WithRunID("order-1"))
 	if err != nil {
@@ -166,7 +173,7 @@ func TestNewTraceAndStop(t *testing.T) {
 		t.Fatalf("stored TraceParent = %q (%v), want %q", stored.TraceParent, err, run.TraceParent)
 	}
 
-	spans := spansOf(t, exp)
+	spans := spansOf()
 	runSpan := spans.one(t, "run order")
 	if runSpan.Parent.IsValid() {
 		t.Fatalf("run span has parent %v, want none: the run is the trace's root", runSpan.Parent)
@@ -205,11 +212,6 @@ func TestBadTraceParent(t *testing.T) {
 }
 
 type spanList []tracetest.SpanStub
-
-func spansOf(t *testing.T, exp *tracetest.InMemoryExporter) spanList {
-	t.Helper()
-	return spanList(exp.GetSpans())
-}
 
 func (l spanList) all(name string) []tracetest.SpanStub {
 	var out []tracetest.SpanStub

@@ -233,6 +233,10 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 	}
 	if tracer != nil {
 		cfg.Observer, cfg.Tracer = observers{observer, tracer}, tracer
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "reprise_trace_ends_dropped_total",
+			Help: "Ends of attempts and runs not traced: the tracer's queue was full.",
+		}, func() float64 { return float64(tracer.Dropped()) }))
 		defer func() {
 			if err := shutdownTracer(ctx, tracer); err != nil {
 				logger.Warn("traces", "err", err)

@@ -49,8 +49,9 @@ func TestTracesOn(t *testing.T) {
 }
 
 // reprise server exports its spans over OTLP/HTTP when the variables say
-// so: a run started with a traceparent header is in that trace, and the
-// spans left are sent as the server stops.
+// so: a run started with a traceparent header is in that trace, the spans
+// left are sent as the server stops, and /metrics counts the ends the
+// tracer dropped.
 func TestServerExportsTraces(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -105,6 +106,15 @@ func TestServerExportsTraces(t *testing.T) {
 	}
 	if run := waitRun(t, c, "n1"); run.Status != store.RunCompleted {
 		t.Fatalf("run n1 %s, want completed", run.Status)
+	}
+	resp, err = http.Get(srv.url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !strings.Contains(string(body), "\nreprise_trace_ends_dropped_total 0\n") {
+		t.Errorf("GET /metrics: %v; want reprise_trace_ends_dropped_total 0 in:\n%s", err, body)
 	}
 	srv.stop()
 
