@@ -328,11 +328,10 @@ func serve(ctx context.Context, stderr io.Writer, c *serverConfig) error {
 		err = <-served
 	case <-ctx.Done():
 		fmt.Fprintln(stderr, "reprise server: shutting down")
-		// The requests in flight and the engine's attempts share one
-		// grace: the engine stops as the server does, not after it. A
-		// run started meanwhile is in the store, for the next engine.
+		// The requests in flight finish first, within the grace, so that
+		// none starts a run on an engine that has already let its runs
+		// go; the engine's attempts then get the grace too (below).
 		stopRequests()
-		stopEngine()
 		shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.shutdownGrace)
 		err = srv.Shutdown(shutdownCtx)
 		cancel()
