@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -309,6 +310,54 @@ func TestCancellingParentCancelsChildren(t *testing.T) {
 	}
 	if run := env.Wait(childID); run.Status != reprise.RunCancelled {
 		t.Errorf("child is %s after its parent was cancelled", run.Status)
+	}
+}
+
+// TestParentEndStopsItsChildren: a parent that ends without waiting for
+// its children cancels them; their attempts in step code here are
+// cancelled at once, and the observer hears that each ended, cancelled,
+// grandchildren too.
+func TestParentEndStopsItsChildren(t *testing.T) {
+	t.Parallel()
+	var running, stopped sync.WaitGroup
+	running.Add(2)
+	stopped.Add(2)
+	hang := reprise.NewStep("hang-until-cancelled", func(ctx context.Context, n int) (int, error) {
+		running.Done()
+		<-ctx.Done()
+		stopped.Done()
+		return 0, ctx.Err()
+	})
+	var child *reprise.WorkflowDef[int, int]
+	child = reprise.NewWorkflow("hanging-child", func(ctx context.Context, n int) (int, error) {
+		if n > 0 {
+			reprise.Child(ctx, child, n-1)
+		}
+		return reprise.Step(ctx, hang, n)
+	})
+	parent := reprise.NewWorkflow("leaves-its-child", func(ctx context.Context, n int) (int, error) {
+		reprise.Child(ctx, child, n)
+		return reprise.WaitSignal[int](ctx, "end").Get(ctx)
+	})
+	obs := &runEnds{}
+	env := newEnv(t, &reprise.Config{Observer: obs}, parent, child, hang)
+	h, err := parent.Start(t.Context(), env.Engine, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	running.Wait()
+	if err := env.Engine.SignalRun(t.Context(), h.ID, "end", 0); err != nil {
+		t.Fatal(err)
+	}
+	env.Wait(h.ID)
+	stopped.Wait()
+	for _, id := range []string{h.ID + "/1", h.ID + "/1/1"} {
+		if run := env.Wait(id); run.Status != reprise.RunCancelled {
+			t.Errorf("%s is %s, want cancelled", id, run.Status)
+		}
+		if s, ok := obs.status(id); s != reprise.RunCancelled {
+			t.Errorf("observer heard of %s: %q (heard: %v), want cancelled", id, s, ok)
+		}
 	}
 }
 

@@ -41,7 +41,9 @@ type Observer interface {
 	// StaleResultRefused reports a result written with a stale token or
 	// after its lease lapsed: the store changed nothing.
 	StaleResultRefused(AttemptInfo)
-	// RunEnded reports a run that this engine ended, or cancelled.
+	// RunEnded reports a run that this engine ended, or cancelled, and
+	// each active run below it that the store cancelled with it (a child
+	// never outlives its parent).
 	RunEnded(RunEnd)
 	// EngineBusy reports that the engine has work in flight, where it
 	// had none: a goroutine of its own at work (claiming, replaying a

@@ -74,3 +74,26 @@ func TestObserverHearsIdleAroundStepCode(t *testing.T) {
 		}
 	}
 }
+
+// runEnds records RunEnded.
+type runEnds struct {
+	reprise.NopObserver
+	mu   sync.Mutex
+	ends map[string]reprise.RunStatus
+}
+
+func (o *runEnds) RunEnded(r reprise.RunEnd) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.ends == nil {
+		o.ends = map[string]reprise.RunStatus{}
+	}
+	o.ends[r.RunID] = r.Status
+}
+
+func (o *runEnds) status(id string) (reprise.RunStatus, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	s, ok := o.ends[id]
+	return s, ok
+}

@@ -328,6 +328,7 @@ func (r *replayer) run(fresh bool) {
 	case finish.ContinueAsNew:
 		// The next execution replays from an empty history of its own.
 		e.log.Debug("run continued as new", "run_id", r.id, "execution", r.execution+1)
+		e.descendantsCancelled(adv.Descendants)
 		e.replayerDone(r, false)
 		next := r.known()
 		finish.Apply(next)
@@ -338,6 +339,7 @@ func (r *replayer) run(fresh bool) {
 			e.cfg.Observer.RunEnded(RunEnd{RunID: r.id, Workflow: r.workflow.name, Status: finish.Status,
 				ParentID: r.parentID, TraceParent: r.traceParent, Created: r.created})
 		}
+		e.descendantsCancelled(adv.Descendants)
 		e.deliver(adv.Parent)
 		r.final = r.finalRun(finish, adv.Events)
 		e.replayerDone(r, true)

@@ -131,16 +131,33 @@ func (e *Engine) History(ctx context.Context, id string) ([]Event, error) {
 // attempts are cancelled with cause ErrCancelled and their results
 // rejected. Cancelling a finished run returns ErrRunFinished.
 func (e *Engine) CancelRun(ctx context.Context, id, reason string) error {
-	run, err := e.store.RunCancel(ctx, &store.RunCancelParams{ID: id, Reason: reason})
+	c, err := e.store.RunCancel(ctx, &store.RunCancelParams{ID: id, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	e.stopRun(id)
-	if e.cfg.Observer != nil && run != nil {
-		e.cfg.Observer.RunEnded(RunEnd{RunID: id, Workflow: run.Workflow, Status: RunCancelled,
+	if c.Run != nil {
+		e.cancelled(c.Run)
+	}
+	e.descendantsCancelled(c.Descendants)
+	return nil
+}
+
+// descendantsCancelled stops what this engine runs of the runs that the
+// store cancelled because an ancestor ended, and reports their ends.
+func (e *Engine) descendantsCancelled(runs []*Run) {
+	for _, run := range runs {
+		e.stopRun(run.ID)
+		e.cancelled(run)
+	}
+}
+
+// cancelled tells the observer that run ended, cancelled.
+func (e *Engine) cancelled(run *Run) {
+	if e.cfg.Observer != nil {
+		e.cfg.Observer.RunEnded(RunEnd{RunID: run.ID, Workflow: run.Workflow, Status: RunCancelled,
 			ParentID: run.ParentID, TraceParent: run.TraceParent, Created: run.CreatedAt})
 	}
-	return nil
 }
 
 // cancelChild cancels a child run that lost a select, on a goroutine that

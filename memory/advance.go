@@ -184,7 +184,7 @@ func (s *Store) advance(r *run, p *store.RunAdvanceParams, now time.Time) *store
 		r.Status = store.RunRunning // a pending run that its holder advances
 	case f.ContinueAsNew:
 		s.dropWork(r.ID, f.DropsFailedSteps())
-		s.cancelChildren(r.ID, now, false)
+		adv.Descendants = s.cancelChildren(r.ID, now, false)
 		ended, started := f.Continued(r.Workflow, r.Execution)
 		f.Apply(&r.Run)
 		r.Status, r.Input = store.RunRunning, cloneJSON(r.Input)
@@ -194,7 +194,7 @@ func (s *Store) advance(r *run, p *store.RunAdvanceParams, now time.Time) *store
 		r.Output, r.Error = cloneJSON(r.Output), cloneError(r.Error)
 		r.owner, r.leaseUntil = "", time.Time{}
 		s.dropWork(r.ID, f.DropsFailedSteps())
-		s.cancelChildren(r.ID, now, false)
+		adv.Descendants = s.cancelChildren(r.ID, now, false)
 		add(f.Ended())
 		if r.ParentID != "" {
 			adv.Parent = s.tellParent(r, store.ChildEnded(r.ID, r.parentPosition, f.Status, f.Output, f.Error), now)

@@ -29,18 +29,20 @@ func (s *Store) createChild(parent *run, p *store.RunAdvanceParams, c *store.Chi
 
 // cancelRun cancels an active run: appends cancelled, its RunCancelled,
 // drops its work (failed steps too) and cancels its active children, and
-// theirs. It tells no parent: the caller does, when it should.
-func (s *Store) cancelRun(r *run, now time.Time, cancelled store.Event) {
+// theirs, which it returns. It tells no parent: the caller does, when it
+// should.
+func (s *Store) cancelRun(r *run, now time.Time, cancelled store.Event) []*store.Run {
 	r.Status = store.RunCancelled
 	r.owner, r.leaseUntil = "", time.Time{}
 	r.appendEvents(now, cancelled)
 	s.dropWork(r.ID, true)
-	s.cancelChildren(r.ID, now, true)
+	return s.cancelChildren(r.ID, now, true)
 }
 
 // cancelChildren cancels the active children of a run that ends, in id
-// order; cancelled says that the run was cancelled (ParentEnded).
-func (s *Store) cancelChildren(parentID string, now time.Time, cancelled bool) {
+// order, and theirs; cancelled says that the run was cancelled
+// (ParentEnded). It returns the runs it cancelled.
+func (s *Store) cancelChildren(parentID string, now time.Time, cancelled bool) []*store.Run {
 	var children []*run
 	for _, r := range s.runs {
 		if r.ParentID == parentID && !r.Status.Final() {
@@ -48,9 +50,12 @@ func (s *Store) cancelChildren(parentID string, now time.Time, cancelled bool) {
 		}
 	}
 	slices.SortFunc(children, func(a, b *run) int { return strings.Compare(a.ID, b.ID) })
+	var ended []*store.Run
 	for _, c := range children {
-		s.cancelRun(c, now, store.ParentEnded(cancelled))
+		below := s.cancelRun(c, now, store.ParentEnded(cancelled))
+		ended = append(append(ended, c.out()), below...)
 	}
+	return ended
 }
 
 // tellParent appends e, the end of a child run (ChildEnded), to the

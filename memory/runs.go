@@ -263,7 +263,7 @@ func (s *Store) RunRelease(ctx context.Context, p *store.RunReleaseParams) error
 // RunCancel cancels an active run: appends RunCancelled, drops its work,
 // cancels its active children (and theirs) and, for a child, tells its
 // parent (ChildFailed, ChildStatus "cancelled").
-func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
+func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Cancelled, error) {
 	now, err := s.begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("cancel run %s: %w", p.ID, err)
@@ -276,11 +276,11 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 	case r.Status.Final():
 		return nil, fmt.Errorf("cancel run %s: %w", p.ID, store.ErrRunFinished)
 	}
-	s.cancelRun(r, now, p.Cancelled())
+	below := s.cancelRun(r, now, p.Cancelled())
 	if r.ParentID != "" {
 		s.tellParent(r, store.ChildEnded(r.ID, r.parentPosition, store.RunCancelled, nil, nil), now)
 	}
-	return r.out(), nil
+	return &store.Cancelled{Run: r.out(), Descendants: below}, nil
 }
 
 // RunRedrive reopens a failed run as its Redrive decides: the step's

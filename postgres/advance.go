@@ -108,6 +108,7 @@ func (s *Store) advance(ctx context.Context, tx *pgtx.Tx, p *store.RunAdvancePar
 		// anyone may make, tells the owner.)
 		a.queueWith(tx, []*runHead{run.runHead}, final, args...)
 	}
+	queueRuns(tx, below, &adv.Descendants)
 	adv.Events = a.eventsOf(run.runHead)
 	return adv, nil
 }

@@ -160,8 +160,8 @@ func reportToParent(a *appender, tx *pgtx.Tx, run, parent *lockedRun, status sto
 // RunCancel cancels an active run: appends RunCancelled, ends the run,
 // drops its tasks and timers, cancels its active descendants, and reports
 // ChildFailed{ChildStatus: "cancelled"} to its parent if it has an active one.
-func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
-	var run *store.Run
+func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Cancelled, error) {
+	var c store.Cancelled
 	err := s.committer.RunOwning(ctx, []*pgtx.Read{lockRunRead(s.clock(), p.ID, true)}, func(tx *pgtx.Tx) error {
 		r, parent, now, err := lockRun(ctx, tx, s.clock(), p.ID, true)
 		if err != nil {
@@ -192,11 +192,12 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 		if r.owner != "" {
 			tx.Notify(Notice{Kind: NoticeOutcome, RunID: r.id, Owner: r.owner, Seq: r.lastSeq})
 		}
-		queueRun(tx, r.id, &run)
+		queueRun(tx, r.id, &c.Run)
+		queueRuns(tx, below, &c.Descendants)
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel run %q: %w", p.ID, err)
 	}
-	return run, nil
+	return &c, nil
 }

@@ -282,7 +282,7 @@ func TestRunCreateChildIsCancelledWithItsParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	must[*store.Run](t)(s.RunCancel(ctx, &store.RunCancelParams{ID: "p", Reason: "test"}))
+	must[*store.Cancelled](t)(s.RunCancel(ctx, &store.RunCancelParams{ID: "p", Reason: "test"}))
 	for _, id := range []string{"c", "g"} {
 		run := must[*store.Run](t)(s.RunGet(ctx, id))
 		history := must[[]store.Event](t)(s.HistoryList(ctx, &store.HistoryListParams{RunID: id}))

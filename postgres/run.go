@@ -220,6 +220,23 @@ func queueRun(tx *pgtx.Tx, id string, run **store.Run) {
 	})
 }
 
+// queueRuns queues the read of locked runs into runs, in id order, after
+// what the transaction queued before.
+func queueRuns(tx *pgtx.Tx, locked []*lockedRun, runs *[]*store.Run) {
+	if len(locked) == 0 {
+		return
+	}
+	ids := make([]string, len(locked))
+	for i, r := range locked {
+		ids[i] = r.id
+	}
+	tx.Queue(`SELECT `+runColumns+` FROM reprise_run WHERE id = ANY($1) ORDER BY id`, ids).Query(func(rows pgx.Rows) error {
+		var err error
+		*runs, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (*store.Run, error) { return scanRun(row) })
+		return err
+	})
+}
+
 // RunList lists runs newest first, filtered and paged by p.
 func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
 	limit := p.Limit

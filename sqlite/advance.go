@@ -200,10 +200,11 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 		if err := tx.dropWork(p.RunID, run.work(f.DropsFailedSteps())); err != nil {
 			return nil, err
 		}
-		if err := tx.endChildren(run, p.RunID); err != nil {
+		var err error
+		if a.Descendants, err = tx.endChildren(run, p.RunID); err != nil {
 			return nil, err
 		}
-		_, err := tx.exec(`UPDATE runs SET status = 'running', execution = execution + 1, input = ? WHERE id = ?`,
+		_, err = tx.exec(`UPDATE runs SET status = 'running', execution = execution + 1, input = ? WHERE id = ?`,
 			blob(f.Input), p.RunID)
 		if err != nil {
 			return nil, err
@@ -221,7 +222,7 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 		if err := tx.dropWork(p.RunID, run.work(f.DropsFailedSteps())); err != nil {
 			return nil, err
 		}
-		if err := tx.endChildren(run, p.RunID); err != nil {
+		if a.Descendants, err = tx.endChildren(run, p.RunID); err != nil {
 			return nil, err
 		}
 		add(f.Ended(), nil)

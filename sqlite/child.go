@@ -34,22 +34,24 @@ func (tx *txn) createChild(p *store.RunAdvanceParams, execution int, c *store.Ch
 }
 
 // endChildren cancels the active children of a run that its workflow
-// ends, if it has any (activeRun with ending said so).
-func (tx *txn) endChildren(run runState, id string) error {
+// ends, if it has any (activeRun with ending said so), and returns the
+// runs below it that it cancelled.
+func (tx *txn) endChildren(run runState, id string) ([]*store.Run, error) {
 	if !run.children {
-		return nil
+		return nil, nil
 	}
 	return tx.cancelChildren(id, false)
 }
 
 // cancelChildren cancels the active children of a run that ends, and
 // theirs in turn; cancelled says that the run was cancelled (ParentEnded).
-func (tx *txn) cancelChildren(parentID string, cancelled bool) error {
+// It returns the runs it cancelled, as they are now.
+func (tx *txn) cancelChildren(parentID string, cancelled bool) ([]*store.Run, error) {
 	rows, err := tx.query(`
 		SELECT id, execution, (SELECT coalesce(max(seq), 0) FROM events WHERE run_id = runs.id)
 		FROM runs WHERE parent_id = ? AND status IN ('pending', 'running')`, parentID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	type child struct {
 		id        string
@@ -61,35 +63,43 @@ func (tx *txn) cancelChildren(parentID string, cancelled bool) error {
 		var c child
 		if err := rows.Scan(&c.id, &c.execution, &c.last); err != nil {
 			rows.Close()
-			return err
+			return nil, err
 		}
 		children = append(children, c)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return nil, err
 	}
+	var ended []*store.Run
 	for _, c := range children {
-		if err := tx.cancelRun(c.id, c.execution, c.last, store.ParentEnded(cancelled)); err != nil {
-			return fmt.Errorf("cancel child %s: %w", c.id, err)
+		below, err := tx.cancelRun(c.id, c.execution, c.last, store.ParentEnded(cancelled))
+		if err != nil {
+			return nil, fmt.Errorf("cancel child %s: %w", c.id, err)
 		}
+		run, err := getRun(tx, c.id)
+		if err != nil {
+			return nil, fmt.Errorf("cancel child %s: %w", c.id, err)
+		}
+		ended = append(append(ended, run), below...)
 	}
-	return nil
+	return ended, nil
 }
 
 // cancelRun cancels an active run: appends cancelled, its RunCancelled,
-// drops its work and cancels its children.
-func (tx *txn) cancelRun(id string, execution int, last int64, cancelled store.Event) error {
+// drops its work and cancels its children. It returns the runs below it
+// that it cancelled.
+func (tx *txn) cancelRun(id string, execution int, last int64, cancelled store.Event) ([]*store.Run, error) {
 	_, err := tx.exec(`UPDATE runs SET status = 'cancelled', owner = '' WHERE id = ?`, id)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	cancelled.Execution = execution
 	if err := tx.appendEvents(id, last, []store.Event{cancelled}, nil); err != nil {
-		return err
+		return nil, err
 	}
 	if err := tx.dropWork(id, allWork); err != nil {
-		return err
+		return nil, err
 	}
 	return tx.cancelChildren(id, true)
 }
@@ -122,14 +132,14 @@ func (tx *txn) tellParent(child runState, e store.Event) (*store.Outcome, error)
 
 // RunCancel cancels an active run and its active children, and tells its
 // parent, if it is a child.
-func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Run, error) {
-	var run *store.Run
+func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store.Cancelled, error) {
+	var c store.Cancelled
 	err := s.write(ctx, func(tx *txn) error {
 		r, err := tx.activeRun(p.ID, true)
 		if err != nil {
 			return err
 		}
-		if err := tx.cancelRun(p.ID, r.execution, r.last, p.Cancelled()); err != nil {
+		if c.Descendants, err = tx.cancelRun(p.ID, r.execution, r.last, p.Cancelled()); err != nil {
 			return err
 		}
 		if r.parentID != "" {
@@ -138,11 +148,11 @@ func (s *Store) RunCancel(ctx context.Context, p *store.RunCancelParams) (*store
 				return err
 			}
 		}
-		run, err = getRun(tx, p.ID)
+		c.Run, err = getRun(tx, p.ID)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cancel run %s: %w", p.ID, err)
 	}
-	return run, nil
+	return &c, nil
 }

@@ -165,7 +165,7 @@ type Store interface {
 	// drops its tasks and timers, so that results of running attempts are
 	// rejected, cancels its active descendants (ParentEnded) and tells its
 	// parent (ChildEnded). A finished run gives ErrRunFinished.
-	RunCancel(ctx context.Context, p *RunCancelParams) (*Run, error)
+	RunCancel(ctx context.Context, p *RunCancelParams) (*Cancelled, error)
 	// RunRedrive reopens a failed run as RunRedriveParams.Redrive decides:
 	// the failed step's task is made ready again with a fresh attempt
 	// budget (attempt numbers go on; Task.Base is set to the last attempt),
@@ -349,6 +349,17 @@ type Advanced struct {
 	Tasks []*Task
 	// Parent is what the end of a child run appended to its parent, or nil.
 	Parent *Outcome
+	// Descendants are the active runs below the run that its end (or
+	// continue-as-new) cancelled, as they are now.
+	Descendants []*Run
+}
+
+// Cancelled is what RunCancel did.
+type Cancelled struct {
+	// Run is the run cancelled, as it is now.
+	Run *Run
+	// Descendants are the active runs below it, cancelled with it.
+	Descendants []*Run
 }
 
 // RunAdvanceParams records a workflow's progress. Its events go in this

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"maps"
 	"testing"
 	"time"
 
@@ -223,6 +224,7 @@ func testChildren(t *testing.T, open Open) {
 				t.Fatalf("%s's last event = %s, want RunCancelled{%q}", id, dump([]store.Event{got}), reason)
 			}
 		}
+		requireDescendants(t, adv.Descendants, map[string]string{"child": "parent", "grandchild": "child"})
 		requireEvents(t, f.history("done"), doneHistory)
 		requireErr(t, func() error {
 			_, err := f.store.TaskComplete(t.Context(), &store.TaskCompleteParams{TaskID: running.ID, Token: running.Token})
@@ -236,9 +238,14 @@ func testChildren(t *testing.T, open Open) {
 
 		parent := f.create("parent")
 		f.startChildRun(parent, 1, "child")
-		if _, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "parent", Reason: "operator"}); err != nil {
+		c, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "parent", Reason: "operator"})
+		if err != nil {
 			t.Fatalf("RunCancel: %v", err)
 		}
+		if c.Run.ID != "parent" || c.Run.Status != store.RunCancelled {
+			t.Fatalf("RunCancel returned run %+v, want parent, cancelled", c.Run)
+		}
+		requireDescendants(t, c.Descendants, map[string]string{"child": "parent"})
 		got := f.last("child", 1)[0]
 		if got.Type != store.EventRunCancelled || got.Reason != "parent cancelled" {
 			t.Fatalf("child's last event = %s, want RunCancelled{parent cancelled}", dump([]store.Event{got}))
@@ -247,4 +254,32 @@ func testChildren(t *testing.T, open Open) {
 			t.Fatalf("parent's last event = %s, want its own RunCancelled", dump([]store.Event{last}))
 		}
 	})
+	t.Run("ContinueAsNewCancelsActiveChildren", func(t *testing.T) {
+		t.Parallel()
+		f := setup(t, open)
+
+		parent := f.create("parent")
+		f.startChildRun(parent, 1, "child")
+		adv := f.advanced(parent, store.RunAdvanceParams{Finish: &store.RunFinish{ContinueAsNew: true, Input: json.RawMessage(`{}`)}})
+		requireDescendants(t, adv.Descendants, map[string]string{"child": "parent"})
+		if run := f.get("child"); run.Status != store.RunCancelled {
+			t.Fatalf("child is %s, want cancelled", run.Status)
+		}
+	})
+}
+
+// requireDescendants checks the runs a store call cancelled below the run it
+// ended, in any order: their ids, each with its parent's, all cancelled.
+func requireDescendants(t *testing.T, got []*store.Run, want map[string]string) {
+	t.Helper()
+	ids := map[string]string{}
+	for _, r := range got {
+		if r.Status != store.RunCancelled {
+			t.Errorf("descendant %s is %s, want cancelled", r.ID, r.Status)
+		}
+		ids[r.ID] = r.ParentID
+	}
+	if !maps.Equal(ids, want) {
+		t.Fatalf("descendants (id: parent) = %v, want %v", ids, want)
+	}
 }

@@ -478,9 +478,13 @@ func testRunCancel(t *testing.T, open Open) {
 		f.clock.Advance(time.Second)
 		now := f.now()
 
-		run, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "run-1", Reason: "operator"})
+		c, err := f.store.RunCancel(t.Context(), &store.RunCancelParams{ID: "run-1", Reason: "operator"})
 		if err != nil {
 			t.Fatalf("RunCancel: %v", err)
+		}
+		run := c.Run
+		if len(c.Descendants) != 0 {
+			t.Fatalf("RunCancel of a run without children cancelled %d descendants", len(c.Descendants))
 		}
 		if run.Status != store.RunCancelled || run.ID != "run-1" {
 			t.Fatalf("RunCancel returned %+v", run)
