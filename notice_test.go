@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"reprise"
 	"reprise/reprisetest"
@@ -75,4 +76,35 @@ func TestNoticeOfKnownEventsReadsNothing(t *testing.T) {
 		e.Notify(n)
 		waitFor(t, func() bool { return counted.reads.Load() > before })
 	}
+}
+
+// TestCancelElsewhereStopsAttemptsHere: a run cancelled by another process
+// (the store's RunCancel, then its notice to the run's owner) stops its
+// attempt in step code here at once, not at the attempt's next heartbeat,
+// and leaves this engine.
+func TestCancelElsewhereStopsAttemptsHere(t *testing.T) {
+	t.Parallel()
+	st := tempStore(t)
+	running, stopped := make(chan struct{}), make(chan struct{})
+	hang := reprise.NewStep("hang", func(ctx context.Context, _ int) (int, error) {
+		close(running)
+		<-ctx.Done()
+		close(stopped)
+		return 0, ctx.Err()
+	})
+	wf := reprise.NewWorkflow("hangs", func(ctx context.Context, n int) (int, error) {
+		return reprise.Step(ctx, hang, n)
+	})
+	e := reprisetest.Run(t, reprise.Config{Store: st, WorkerID: "engine-a", LeaseTTL: time.Hour}, wf, hang)
+	h, err := wf.Start(t.Context(), e, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-running
+	if _, err := st.RunCancel(t.Context(), &store.RunCancelParams{ID: h.ID, Reason: "elsewhere"}); err != nil {
+		t.Fatal(err)
+	}
+	e.Notify(store.Notice{Kind: store.NoticeOutcome, RunID: h.ID, Owner: "engine-a"})
+	<-stopped
+	waitFor(t, func() bool { return e.ResidentRuns() == 0 })
 }

@@ -423,6 +423,8 @@ func (r *replayer) apply(events []Event) {
 			r.resolve(ev, nil, err)
 		case store.EventTimerFired:
 			r.resolve(ev, nil, nil)
+		case store.EventRunCancelled:
+			r.cancelled = true
 		}
 	}
 }

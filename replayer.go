@@ -70,6 +70,9 @@ type replayer struct {
 	synced    int64
 	beyondGap map[int64]bool
 	now       time.Time
+	// cancelled says the history ends in RunCancelled: another process
+	// cancelled the run, or its parent's end did.
+	cancelled bool
 
 	// unrecorded are results handed to the workflow that the next advance
 	// records (RunAdvanceParams.Completed).
@@ -444,6 +447,11 @@ func (r *replayer) block() {
 	}
 	if stale {
 		r.sync()
+	}
+	if r.cancelled {
+		// Its attempts here stop now, not at their next heartbeat.
+		r.e.stopRun(r.id)
+		panic(runExit{ErrCancelled})
 	}
 }
 
