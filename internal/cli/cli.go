@@ -36,6 +36,8 @@ commands:
   policy explain '<policy>'   show what a policy decides, attempt by attempt
   flow check FILE             check a flow file (YAML or JSON) and say what is wrong, where
   flow run FILE               run a flow on the embedded database, and show its history
+  flow push FILE              push a flow to a server, as its next version
+  flow list, flow show NAME   list a server's flows; show one, in canonical form
   migrate                     create or upgrade a database's schema
   help                        print this help
 
