@@ -15,6 +15,7 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 
 	"reprise"
+	"reprise/internal/redact"
 	"reprise/store"
 )
 
@@ -109,13 +110,21 @@ func notFound(format string, args ...any) *Problem {
 	return &Problem{Type: ProblemNotFound, Title: "Not Found", Status: http.StatusNotFound, Detail: fmt.Sprintf(format, args...)}
 }
 
-// writeProblem answers p.
+// writeProblem answers p, its detail and its faults' messages as
+// redact.String shows them: they may quote a URL of the request.
 func writeProblem(w http.ResponseWriter, p *Problem) {
+	shown := *p
+	shown.Detail = redact.String(p.Detail)
+	shown.Errors = make([]FlowError, len(p.Errors))
+	for i, e := range p.Errors {
+		e.Message = redact.String(e.Message)
+		shown.Errors[i] = e
+	}
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)
 	// A write that fails is a client gone, with no one left to tell.
-	_ = json.NewEncoder(w).Encode(p)
+	_ = json.NewEncoder(w).Encode(&shown)
 }
 
 // writeJSON answers v with status. v is the server's own answer, which

@@ -13,6 +13,7 @@ import (
 
 	"reprise"
 	"reprise/flow"
+	"reprise/internal/redact"
 	"reprise/internal/runfilter"
 	"reprise/internal/runid"
 	"reprise/store"
@@ -59,7 +60,11 @@ type runDetailJSON struct {
 	Waiting *store.Waiting `json:"waiting"`
 }
 
-func wireRun(r *store.Run) runJSON {
+// wireRun is run as the API answers it, its payloads and error as
+// redact.Run shows them: a run's input may hold a flow's URLs, whose
+// credentials no answer gives.
+func wireRun(run *store.Run) runJSON {
+	r := redact.Run(run)
 	out := runJSON{ID: r.ID, Workflow: r.Workflow, Status: r.Status, Input: r.Input, Output: r.Output,
 		Error: r.Error, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, TraceParent: r.TraceParent}
 	if len(out.Input) == 0 {
@@ -423,7 +428,9 @@ func (a *api) history(w http.ResponseWriter, r *http.Request) {
 	if events == nil {
 		events = []store.Event{}
 	}
-	writeJSON(w, http.StatusOK, historyJSON{Events: events})
+	// Each step's input and error shown as redact.Events gives them, as a
+	// run's are (wireRun); a claim gives the worker the input as it is.
+	writeJSON(w, http.StatusOK, historyJSON{Events: redact.Events(events)})
 }
 
 // finished reports whether events end with the run's end.

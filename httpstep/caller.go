@@ -23,6 +23,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"reprise"
+	"reprise/internal/redact"
 	"reprise/retry"
 )
 
@@ -312,7 +313,7 @@ func (c *Caller) Call(ctx context.Context, rawURL string, req *Request) (json.Ra
 		err = checkURL(hreq.URL)
 	}
 	if err != nil {
-		return nil, &retry.Error{Type: TypeInvalidRequest, Message: err.Error()}
+		return nil, &retry.Error{Type: TypeInvalidRequest, Message: hideURL(err).Error()}
 	}
 	if err := c.allow.checkHost(hreq.URL); err != nil {
 		return nil, fmt.Errorf("post %s: %w", where(hreq.URL), &retry.Error{Type: TypeTargetRefused, Message: err.Error()})
@@ -324,12 +325,24 @@ func (c *Caller) Call(ctx context.Context, rawURL string, req *Request) (json.Ra
 	return out, nil
 }
 
-// where names u in errors without its password, query and fragment, which
-// may hold secrets.
+// where names u in errors and traces without its query and fragment, and
+// with its user information as xxxxx (redact.Mask): they may hold secrets.
 func where(u *url.URL) string {
 	v := *u
 	v.RawQuery, v.ForceQuery, v.Fragment, v.RawFragment = "", false, "", ""
-	return v.Redacted()
+	if v.User != nil {
+		v.User = url.User(redact.Mask)
+	}
+	return v.String()
+}
+
+// hideURL returns err, url.Parse's, quoting the URL as redact.String
+// shows it.
+func hideURL(err error) error {
+	if uerr := (*url.Error)(nil); errors.As(err, &uerr) {
+		uerr.URL = redact.String(uerr.URL)
+	}
+	return err
 }
 
 // exchange sends hreq and classifies the response.
@@ -420,7 +433,7 @@ func (c *Caller) statusError(resp *http.Response, typ string, retryable bool) *r
 	if s := snippet(head); s != "" {
 		msg += ": " + s
 	}
-	e.Message = msg
+	e.Message = redact.String(msg) // a Location may hold the secrets of a URL
 	return e
 }
 

@@ -652,14 +652,35 @@ func TestCallInvalidRequest(t *testing.T) {
 	}
 }
 
-// TestCallHidesSecrets: errors name the URL without its password or query.
+// TestCallHidesSecrets: errors name the URL without its user information
+// (a password, or a token given as the user), query or fragment, and
+// quote neither a URL that does not parse nor a redirect's Location with
+// their secrets.
 func TestCallHidesSecrets(t *testing.T) {
 	t.Parallel()
-	srv := serve(t, respond(500, ""))
-	u := strings.Replace(srv.URL, "http://", "http://user:hunter2@", 1) + "/step?api_key=hunter3#frag"
-	_, err := newCaller(t, Options{}).Call(t.Context(), u, request(1))
-	if err == nil || strings.Contains(err.Error(), "hunter") || !strings.Contains(err.Error(), "/step") {
-		t.Fatalf("error %v, want the URL without secrets", err)
+	failing := serve(t, respond(500, ""))
+	redirect := serve(t, respond(302, "", "Location", "https://u:hunter4@elsewhere.example/x?token=hunter5"))
+	withUser := func(srv *httptest.Server, userinfo string) string {
+		return strings.Replace(srv.URL, "http://", "http://"+userinfo+"@", 1)
+	}
+	for _, tt := range []struct{ url, typ, want string }{
+		{withUser(failing, "user:hunter2") + "/step?api_key=hunter3#frag", TypeHTTP5xx, "post http://xxxxx@127.0.0.1:"},
+		{withUser(failing, "ghp_hunter1") + "/step", TypeHTTP5xx, "/step"},
+		{withUser(redirect, "user:hunter2") + "/step", TypeHTTP3xx, "to https://xxxxx@elsewhere.example/x?token=xxxxx"},
+		{"http://user:hunter6@example.com/%zz?token=hunter7", TypeInvalidRequest, "http://xxxxx@example.com/%zz?token=xxxxx"},
+		{"ftp://user:hunter8@example.com/x", TypeInvalidRequest, "ftp://xxxxx@example.com/x"},
+	} {
+		_, err := newCaller(t, Options{}).Call(t.Context(), tt.url, request(1))
+		var rerr *retry.Error
+		if err == nil || !errors.As(err, &rerr) || rerr.Type != tt.typ || strings.Contains(err.Error(), "hunter") ||
+			!strings.Contains(err.Error(), tt.want) {
+			t.Errorf("Call(%s): error %v, want a %s naming %q without the secrets", tt.url, err, tt.typ, tt.want)
+		}
+	}
+	for _, raw := range []string{"http://user:hunter6@example.com/%zz?token=hunter7", "ftp://user:hunter8@example.com/x"} {
+		if err := CheckURL(raw); err == nil || strings.Contains(err.Error(), "hunter") || !strings.Contains(err.Error(), "xxxxx@") {
+			t.Errorf("CheckURL(%s) = %v, want an error naming the URL without its secrets", raw, err)
+		}
 	}
 }
 

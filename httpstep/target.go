@@ -224,7 +224,7 @@ func (l *allowList) checkHost(u *url.URL) error {
 func CheckURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return err
+		return hideURL(err)
 	}
 	if err := checkURL(u); err != nil {
 		return err
@@ -238,9 +238,9 @@ func CheckURL(raw string) error {
 func checkURL(u *url.URL) error {
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return fmt.Errorf("url %q: scheme must be http or https", u.Redacted())
+		return fmt.Errorf("url %q: scheme must be http or https", where(u))
 	case u.Host == "":
-		return fmt.Errorf("url %q: no host", u.Redacted())
+		return fmt.Errorf("url %q: no host", where(u))
 	}
 	return nil
 }
@@ -253,7 +253,7 @@ func checkURL(u *url.URL) error {
 func (c *Caller) CheckTarget(ctx context.Context, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return err
+		return hideURL(err)
 	}
 	if err := checkURL(u); err != nil {
 		return err

@@ -102,8 +102,9 @@ func (s *apiServer) waitSpan(t *testing.T, name string, n int) spanList {
 }
 
 // An HTTP step's endpoint gets its attempt's traceparent, and the
-// attempt's span is an HTTP client span; a start's traceparent header
-// puts the run in the caller's trace.
+// attempt's span is an HTTP client span, whose url.full has none of the
+// URL's secrets; a start's traceparent header puts the run in the
+// caller's trace.
 func TestHTTPStepSendsTraceParent(t *testing.T) {
 	t.Parallel()
 	var mu sync.Mutex
@@ -121,7 +122,8 @@ func TestHTTPStepSendsTraceParent(t *testing.T) {
 	}))
 	defer endpoint.Close()
 	s := newAPIServer(t)
-	if err := s.client.RegisterStep(t.Context(), httpapi.Step{Name: "notify", Kind: httpapi.KindHTTP, URL: endpoint.URL + "/hook?secret=x",
+	withUser := strings.Replace(endpoint.URL, "http://", "http://user:s3cret@", 1)
+	if err := s.client.RegisterStep(t.Context(), httpapi.Step{Name: "notify", Kind: httpapi.KindHTTP, URL: withUser + "/hook?secret=x",
 		Policy: "[retry: 3, backoff: 10ms]"}); err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestHTTPStepSendsTraceParent(t *testing.T) {
 			t.Errorf("attempt %d: kind %v, parent %v; want a client span, child of the step's %v", n, a.SpanKind, a.Parent.SpanID(), step.SpanContext.SpanID())
 		}
 		want := map[string]any{"http.request.method": "POST", "server.address": "127.0.0.1",
-			"url.full": endpoint.URL + "/hook", "http.response.status_code": int64(503)}
+			"url.full": strings.Replace(endpoint.URL, "http://", "http://xxxxx@", 1) + "/hook", "http.response.status_code": int64(503)}
 		if n == 2 {
 			want["http.response.status_code"] = int64(200)
 			want["http.request.resend_count"] = int64(1)

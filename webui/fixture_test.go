@@ -111,8 +111,8 @@ func newFixture(t *testing.T, token string) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Register(flakyStep, slowStep, doomedStep, flakyWorkflow, slowWorkflow, doomedWorkflow, waiterWorkflow,
-		lostWorkflow); err != nil {
+	if err := e.Register(flakyStep, slowStep, doomedStep, linkStep, flakyWorkflow, slowWorkflow, doomedWorkflow, waiterWorkflow,
+		lostWorkflow, linkWorkflow); err != nil {
 		t.Fatal(err)
 	}
 	log := &syncBuffer{}

@@ -124,6 +124,7 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	cfg.Engine, cfg.Store = shownEngine{cfg.Engine}, shownStore{cfg.Store}
 	h := &Handler{cfg: cfg, log: cfg.Logger, origin: http.NewCrossOriginProtection()}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"reprise"
+	"reprise/internal/redact"
 	"reprise/postgres"
 	"reprise/retry"
 	"reprise/store"
@@ -147,7 +148,7 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
-	fmt.Fprintf(stderr, "reprise demo: running an order workflow on %s; its steps fail the ways real ones do...\n", *db)
+	fmt.Fprintf(stderr, "reprise demo: running an order workflow on %s; its steps fail the ways real ones do...\n", redact.String(*db))
 	o := order{ID: "A-1001", Item: "espresso machine", Amount: 24900, Address: "221B Nowhere St"}
 	h, err := orderWorkflow.Start(ctx, e, o)
 	if err != nil {
@@ -170,8 +171,9 @@ func demoMain(args []string, stdout, stderr io.Writer) int {
 		return writeJSON(fs, stdout, stderr, map[string]any{"run": run, "events": events})
 	}
 	writeTimeline(stdout, run, events)
-	fmt.Fprintf(stdout, "\nSee it again with: reprise history %s --db %s\n", run.ID, *db)
-	fmt.Fprintf(stdout, "Or in a browser: reprise server --db %s, then open http://127.0.0.1:7420/runs/%s\n", *db, run.ID)
+	shownDB := redact.String(*db)
+	fmt.Fprintf(stdout, "\nSee it again with: reprise history %s --db %s\n", run.ID, shownDB)
+	fmt.Fprintf(stdout, "Or in a browser: reprise server --db %s, then open http://127.0.0.1:7420/runs/%s\n", shownDB, run.ID)
 	if run.Status != store.RunCompleted {
 		return exitFail
 	}

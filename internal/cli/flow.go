@@ -16,6 +16,7 @@ import (
 	"reprise"
 	"reprise/flow"
 	"reprise/httpstep"
+	"reprise/internal/redact"
 	"reprise/postgres"
 	"reprise/store"
 )
@@ -171,7 +172,7 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 	if !created {
 		verb = "resumed" // it keeps the flow it started with
 	}
-	fmt.Fprintf(stderr, "reprise flow run: %s run %s of flow %s on %s\n", verb, run.ID, f.Name, *db)
+	fmt.Fprintf(stderr, "reprise flow run: %s run %s of flow %s on %s\n", verb, run.ID, f.Name, redact.String(*db))
 	runID := run.ID
 	var waitErr error
 	waited := make(chan struct{})
@@ -193,7 +194,7 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 	}
 	if ctx.Err() != nil {
 		fmt.Fprintf(stderr, "reprise flow run: stopped; the run goes on where it is when you run it again: reprise flow run %s --id %s --db %s\n",
-			pos[0], runID, *db)
+			pos[0], runID, redact.String(*db))
 		return exitFail
 	}
 	if err != nil {
@@ -205,6 +206,9 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "reprise flow run: %v\n", err)
 		return exitFail
 	}
+	// Printed as the run commands print runs (shownBackend): the run's
+	// input holds the flow's URLs.
+	run, events = redact.Run(run), redact.Events(events)
 	if *asJSON {
 		if code := writeJSON(fs, stdout, stderr, map[string]any{"run": run, "events": events}); code != exitOK {
 			return code
@@ -221,7 +225,7 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 			}
 			fmt.Fprintf(stdout, "\noutput %s\n", out.String())
 		}
-		fmt.Fprintf(stdout, "\nSee it again with: reprise history %s --db %s\n", run.ID, *db)
+		fmt.Fprintf(stdout, "\nSee it again with: reprise history %s --db %s\n", run.ID, redact.String(*db))
 	}
 	if run.Status != store.RunCompleted {
 		return exitFail

@@ -2,10 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 
 	"reprise/internal/redact"
+	"reprise/store"
 )
 
 // redactHandler is a slog.Handler that redacts every message and every
@@ -51,4 +53,30 @@ func redactAttr(a slog.Attr) slog.Attr {
 		return slog.String(a.Key, redact.String(fmt.Sprint(v.Any())))
 	}
 	return slog.Attr{Key: a.Key, Value: v}
+}
+
+// shownBackend is how the commands read the runs they print: with their
+// payloads and errors as package redact shows them, from a database as
+// from a server (whose answers are redacted already: redacting again
+// changes nothing).
+type shownBackend struct{ runsBackend }
+
+func (b shownBackend) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*store.Run, bool, error) {
+	run, created, err := b.runsBackend.StartRun(ctx, workflow, input, id)
+	return redact.Run(run), created, err
+}
+
+func (b shownBackend) ListRuns(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
+	runs, err := b.runsBackend.ListRuns(ctx, p)
+	return redact.Runs(runs), err
+}
+
+func (b shownBackend) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	run, err := b.runsBackend.GetRun(ctx, id)
+	return redact.Run(run), err
+}
+
+func (b shownBackend) History(ctx context.Context, id string) ([]store.Event, error) {
+	events, err := b.runsBackend.History(ctx, id)
+	return redact.Events(events), err
 }

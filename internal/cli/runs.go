@@ -109,13 +109,17 @@ func (f *backendFlags) register(fs *flag.FlagSet) {
 
 func (f *backendFlags) open(ctx context.Context) (runsBackend, error) {
 	if f.server != "" {
-		return openServerBackend(f.server, f.token)
+		b, err := openServerBackend(f.server, f.token)
+		if err != nil {
+			return nil, err
+		}
+		return shownBackend{b}, nil
 	}
 	s, err := openStore(ctx, f.db)
 	if err != nil {
 		return nil, err
 	}
-	return storeBackend{s}, nil
+	return shownBackend{storeBackend{s}}, nil
 }
 
 // runsCommand parses a run command's flags and opens its backend; on

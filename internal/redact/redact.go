@@ -1,5 +1,6 @@
 // Package redact hides the secrets that database URLs, DSNs and other URLs
-// carry, before text reaches a log line or an API answer.
+// carry, before text, or a run's payloads, reach a log line, an API
+// answer, the web page or the terminal.
 package redact
 
 import (
@@ -25,6 +26,9 @@ var (
 // a key=value pair or query parameter whose key names a secret (password,
 // sslpassword, token, access_token, api_key, secret, sig, ...). Every line
 // the server logs, and every step URL the API shows, goes through it.
+//
+// s is text: JSON goes through JSON, which masks inside its strings (a
+// mask may swallow the backslash of an escaped quote in JSON text).
 func String(s string) string {
 	s = urlUserinfo.ReplaceAllStringFunc(s, func(m string) string {
 		parts := urlUserinfo.FindStringSubmatch(m)
