@@ -53,6 +53,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	cmd, args := args[0], args[1:]
+	stderr = redactWriter{stderr}
 	switch cmd {
 	case "demo", "bench", "server": // the commands that run an engine
 		TuneGC()

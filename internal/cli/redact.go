@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 
 	"reprise/internal/redact"
@@ -79,4 +80,17 @@ func (b shownBackend) GetRun(ctx context.Context, id string) (*store.Run, error)
 func (b shownBackend) History(ctx context.Context, id string) ([]store.Event, error) {
 	events, err := b.runsBackend.History(ctx, id)
 	return redact.Events(events), err
+}
+
+// redactWriter redacts what a command writes to standard error: its
+// messages quote the URLs, DSNs and errors they are given (a --server URL
+// with a password, a url.Error that keeps a token in its query). Each
+// message is written whole, in one Write.
+type redactWriter struct{ w io.Writer }
+
+func (r redactWriter) Write(p []byte) (int, error) {
+	if _, err := io.WriteString(r.w, redact.String(string(p))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

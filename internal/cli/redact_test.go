@@ -26,3 +26,22 @@ func TestRedactHandler(t *testing.T) {
 		}
 	}
 }
+
+// TestCommandErrorsShowNoSecrets: a command's error quotes the URL it could
+// not reach, a --server URL with credentials among them, without them.
+func TestCommandErrorsShowNoSecrets(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"runs", "--server", "http://bob:hunter2@127.0.0.1:1"},
+		{"show", "r1", "--server", "http://127.0.0.1:1/?token=hunter2"},
+		{"runs", "--db", "postgres://bob:hunter2@127.0.0.1:1/db?connect_timeout=1"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Main(args, &stdout, &stderr); code == exitOK {
+			t.Errorf("%v: exit 0", args)
+		}
+		if out := stdout.String() + stderr.String(); strings.Contains(out, "hunter2") {
+			t.Errorf("%v printed a secret:\n%s", args, out)
+		}
+	}
+}
