@@ -20,12 +20,14 @@ func (p *parser) graph() {
 			continue
 		}
 		for _, need := range s.Needs {
-			at := p.needPos(s.Name, need)
+			if p.c.full() {
+				break
+			}
 			switch {
 			case need == s.Name:
-				p.c.add(at, "step %s needs itself", s.Name)
+				p.c.add(p.needPos(s.Name, need), "step %s needs itself", s.Name)
 			case f.byName[need] == nil:
-				p.c.add(at, "step %s needs %s, which is no step of this flow%s", s.Name, need, didYouMean(need, stepNames(f)))
+				p.c.add(p.needPos(s.Name, need), "step %s needs %s, which is no step of this flow%s", s.Name, need, didYouMean(need, stepNames(f)))
 			}
 		}
 	}
@@ -59,14 +61,30 @@ func (p *parser) graph() {
 			indeg[d]--
 		}
 	}
-	for _, s := range f.order {
-		s.after = map[string]bool{}
+	// Each step's after, as bits by place in order first: merging the
+	// maps of a flow whose steps each need many would take a time of the
+	// steps times the needs.
+	place := make(map[string]int, len(f.order))
+	for i, s := range f.order {
+		place[s.Name] = i
+	}
+	words := (len(f.order) + 63) / 64
+	bits := make([][]uint64, len(f.order))
+	for i, s := range f.order {
+		b := make([]uint64, words)
 		for _, need := range s.Needs {
-			if d := f.byName[need]; d != nil {
-				s.after[need] = true
-				for a := range d.after {
-					s.after[a] = true
+			if j, ok := place[need]; ok && j < i {
+				b[j/64] |= 1 << (j % 64)
+				for w, x := range bits[j] {
+					b[w] |= x
 				}
+			}
+		}
+		bits[i] = b
+		s.after = map[string]bool{}
+		for j := range i {
+			if b[j/64]&(1<<(j%64)) != 0 {
+				s.after[f.order[j].Name] = true
 			}
 		}
 	}
@@ -164,7 +182,15 @@ func (p *parser) goals() {
 			p.c.add(pos(v), "goals: want a list of one step name or more, such as [reserve], not %s", describe(v))
 			return
 		}
+		if len(v.Content) > maxSteps {
+			p.c.add(pos(v), "goals lists %d steps; a flow has at most %d", len(v.Content), maxSteps)
+			return
+		}
+		listed := map[string]bool{}
 		for _, e := range v.Content {
+			if p.c.full() {
+				return
+			}
 			e = deref(e)
 			name, ok := p.str(e, "goals")
 			if !ok {
@@ -172,7 +198,7 @@ func (p *parser) goals() {
 			}
 			s := f.byName[name]
 			switch {
-			case slices.Contains(f.Goals, name):
+			case listed[name]:
 				p.c.add(pos(e), "goals: %s is listed twice", name)
 				continue
 			case s == nil:
@@ -182,6 +208,7 @@ func (p *parser) goals() {
 			case cyclic && s.after == nil:
 				p.c.add(pos(e), "goal %s can never run: it needs a step of a cycle", name)
 			}
+			listed[name] = true
 			f.Goals = append(f.Goals, name)
 		}
 	} else {

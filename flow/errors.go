@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // A Pos is a place in a flow file: line and column from 1, the column
@@ -30,8 +31,9 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s:%d:%d: %s", e.File, e.Pos.Line, e.Pos.Col, e.Msg)
 }
 
-// ErrorList is every error Parse found in a flow file, in the order of
-// their places in it. Its Error prints one per line.
+// ErrorList is the errors Parse found in a flow file, in the order of
+// their places in it: at most a hundred, then, when Parse stopped there,
+// one without a place that says so. Its Error prints one per line.
 //
 //nolint:errname // named as go/scanner.ErrorList, the standard library's list of one file's errors
 type ErrorList []*Error
@@ -44,17 +46,29 @@ func (l ErrorList) Error() string {
 	return strings.Join(lines, "\n")
 }
 
-// collector gathers the errors of one file.
+// maxErrors is the most errors a file reports: one that is no flow at
+// all could have one for each value in it.
+const maxErrors = 100
+
+// collector gathers the errors of one file, the first maxErrors of them.
 type collector struct {
 	file string
 	errs ErrorList
 }
 
 func (c *collector) add(p Pos, format string, args ...any) {
+	if c.full() {
+		return
+	}
 	c.errs = append(c.errs, &Error{File: c.file, Pos: p, Msg: fmt.Sprintf(format, args...)})
 }
 
-// err returns the errors sorted by place, or nil.
+// full reports whether the collector takes no more errors: a check whose
+// cost grows with what it finds wrong stops then.
+func (c *collector) full() bool { return len(c.errs) >= maxErrors }
+
+// err returns the errors sorted by place, then, when there may be more,
+// one that says so; or nil.
 func (c *collector) err() error {
 	if len(c.errs) == 0 {
 		return nil
@@ -62,6 +76,9 @@ func (c *collector) err() error {
 	slices.SortStableFunc(c.errs, func(a, b *Error) int {
 		return cmp.Or(cmp.Compare(a.Pos.Line, b.Pos.Line), cmp.Compare(a.Pos.Col, b.Pos.Col))
 	})
+	if c.full() {
+		return append(c.errs, &Error{File: c.file, Msg: fmt.Sprintf("stopped after %d errors: correct these first", maxErrors)})
+	}
 	return c.errs
 }
 
@@ -69,12 +86,17 @@ func (c *collector) err() error {
 // at most two edits away, and fewer than half of got's characters.
 func didYouMean(got string, want []string) string {
 	best, bestD := "", 3
+	n := utf8.RuneCountInString(got)
 	for _, w := range want {
+		// The distance is at least the difference of the lengths: a
+		// long name is compared with none.
+		if abs(n-utf8.RuneCountInString(w)) >= bestD {
+			continue
+		}
 		if d := distance(got, w); d < bestD {
 			best, bestD = w, d
 		}
 	}
-	n := len([]rune(got))
 	if best == "" || bestD >= n || bestD > n/2 {
 		return ""
 	}
@@ -101,4 +123,11 @@ func distance(a, b string) int {
 		prev, cur = cur, prev
 	}
 	return prev[len(rb)]
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }

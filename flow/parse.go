@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"math"
 	"regexp"
 	"slices"
@@ -34,20 +35,46 @@ var (
 		"in", "let", "loop", "package", "namespace", "null", "return", "true", "var", "void", "while"}
 )
 
+// Bounds of a flow file, so that checking one takes bounded time and
+// memory whatever it holds.
+const (
+	// MaxFileSize is the most bytes a flow file may have.
+	MaxFileSize = 4 << 20
+	// maxSteps is the most steps a flow may have; it bounds every list
+	// of steps in the file too (needs, goals).
+	maxSteps = 1000
+	// maxVisits bounds the values a file may stand for, aliases expanded.
+	maxVisits = 100_000
+)
+
 // Parse reads a flow file, YAML or JSON (JSON is YAML), and checks all of
 // it before anything runs. file names the file in errors. The error, when
-// there is one, is an ErrorList of every fault found, each with its line
-// and column and what was expected there.
+// there is one, is an ErrorList of the faults found (the first hundred),
+// each with its line and column and what was expected there.
 func Parse(file string, src []byte) (*Flow, error) {
 	c := &collector{file: file}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		var le *yaml.LoadError
-		if errors.As(err, &le) {
-			c.add(Pos{le.Mark.Line, le.Mark.Column}, "not valid YAML: %s", le.Message)
-		} else {
-			c.add(Pos{}, "%v", err)
+	if len(src) > MaxFileSize {
+		c.add(Pos{}, "the file has %d bytes; a flow file has at most %d", len(src), MaxFileSize)
+		return nil, c.err()
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	var doc, more yaml.Node
+	err := dec.Decode(&doc)
+	if err == nil {
+		err = dec.Decode(&more)
+		if err == nil {
+			c.add(pos(&more), "a second YAML document (---) starts here: a flow file holds one")
+			return nil, c.err()
 		}
+	}
+	var le *yaml.LoadError
+	switch {
+	case errors.Is(err, io.EOF):
+	case errors.As(err, &le):
+		c.add(Pos{le.Mark.Line, le.Mark.Column}, "not valid YAML: %s", le.Message)
+		return nil, c.err()
+	case err != nil:
+		c.add(Pos{}, "%v", err)
 		return nil, c.err()
 	}
 	if doc.Kind != yaml.DocumentNode || len(doc.Content) == 0 {
@@ -79,9 +106,6 @@ type parser struct {
 	visits int
 	tooBig bool
 }
-
-// maxVisits bounds the values a file may stand for, aliases expanded.
-const maxVisits = 100_000
 
 // visit counts one value, and reports whether the file is still within
 // bounds.
@@ -227,6 +251,10 @@ func (p *parser) steps(v *yaml.Node) {
 		p.c.add(pos(v), "steps is empty: want one step or more")
 		return
 	}
+	if n := len(v.Content) / 2; n > maxSteps {
+		p.c.add(pos(v), "steps: %d steps; a flow has at most %d", n, maxSteps)
+		return
+	}
 	p.stepNodes = map[string]*yaml.Node{}
 	p.inputs = map[string]*yaml.Node{}
 	p.foreaches = map[string]*yaml.Node{}
@@ -342,17 +370,23 @@ func (p *parser) needs(v *yaml.Node) []string {
 		p.c.add(pos(v), "needs: want a list of step names, such as [quote], not %s", describe(v))
 		return nil
 	}
+	if len(v.Content) > maxSteps {
+		p.c.add(pos(v), "needs lists %d steps; a flow has at most %d", len(v.Content), maxSteps)
+		return nil
+	}
 	var out []string
+	listed := map[string]bool{}
 	for _, e := range v.Content {
 		e = deref(e)
 		name, ok := p.str(e, "needs")
 		if !ok {
 			continue
 		}
-		if slices.Contains(out, name) {
+		if listed[name] {
 			p.c.add(pos(e), "needs: %s is listed twice", name)
 			continue
 		}
+		listed[name] = true
 		out = append(out, name)
 	}
 	return out

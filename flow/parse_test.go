@@ -3,6 +3,7 @@ package flow_test
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -144,4 +145,66 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("canonical form changes when read back:\n%s\n%s", fl.Canonical(), again.Canonical())
 		}
 	})
+}
+
+// TestParseBounds: a file past the bounds of a flow is refused with an
+// error that says which, and a file with many faults reports the first
+// hundred: checking a file takes a time and memory bounded by its size.
+func TestParseBounds(t *testing.T) {
+	t.Parallel()
+	steps := func(n int, extra string) string {
+		var b strings.Builder
+		b.WriteString("flow: big\nsteps:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  s%d: {pull: true}\n", i)
+		}
+		return b.String() + extra
+	}
+	names := func(n int) string {
+		list := make([]string, n)
+		for i := range list {
+			list[i] = fmt.Sprintf("n%d", i)
+		}
+		return "[" + strings.Join(list, ", ") + "]"
+	}
+	for _, c := range []struct {
+		name, src, says string
+		errors          int
+	}{
+		{"steps", steps(1001, ""), "steps: 1001 steps; a flow has at most 1000", 1},
+		{"needs", steps(1, "  z: {pull: true, needs: "+names(1001)+"}\n"), "needs lists 1001 steps; a flow has at most 1000", 1},
+		{"goals", steps(1, "goals: "+names(1001)+"\n"), "goals lists 1001 steps; a flow has at most 1000", 1},
+		{"size", "flow: big\n#" + strings.Repeat("x", flow.MaxFileSize) + "\n", "a flow file has at most", 1},
+		{"errors", steps(1, "  z: {pull: true, needs: "+names(1000)+"}\n"), "stopped after 100 errors: correct these first", 101},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := flow.Parse("big.yaml", []byte(c.src))
+			var list flow.ErrorList
+			if !errors.As(err, &list) {
+				t.Fatalf("Parse = %v, want an ErrorList", err)
+			}
+			if len(list) != c.errors || !strings.Contains(list[len(list)-1].Msg, c.says) {
+				t.Fatalf("%d error(s), the last %q; want %d, the last saying %q", len(list), list[len(list)-1].Msg, c.errors, c.says)
+			}
+		})
+	}
+	// A dense flow is checked at once: each step needs every one before
+	// it.
+	var b strings.Builder
+	b.WriteString("flow: dense\nsteps:\n")
+	for i := range 300 {
+		need := make([]string, i)
+		for j := range need {
+			need[j] = fmt.Sprintf("s%d", j)
+		}
+		fmt.Fprintf(&b, "  s%d: {pull: true, needs: [%s]}\n", i, strings.Join(need, ","))
+	}
+	f, err := flow.Parse("dense.yaml", []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Steps) != 300 || strings.Join(f.Goals, ",") != "s299" || len(f.Step("s299").Needs) != 299 {
+		t.Fatalf("%d steps, goals %v", len(f.Steps), f.Goals)
+	}
 }
