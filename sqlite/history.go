@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"reprise/internal/eventrow"
@@ -130,6 +131,25 @@ func (tx *txn) outcome(runID string, events ...store.Event) (*store.Outcome, err
 // fromNanos converts a time column to a time.
 func fromNanos(n int64) time.Time {
 	return time.Unix(0, n).UTC()
+}
+
+// The times a time column holds: nanoseconds since 1970 in an int64.
+var (
+	minNanos = time.Unix(0, math.MinInt64)
+	maxNanos = time.Unix(0, math.MaxInt64)
+)
+
+// toNanos converts a time a caller gives (a filter's bound, which may be
+// any) to a time column's value, a time outside its range to its nearest
+// end (UnixNano's is undefined there).
+func toNanos(t time.Time) int64 {
+	switch {
+	case t.Before(minNanos):
+		return math.MinInt64
+	case t.After(maxNanos):
+		return math.MaxInt64
+	}
+	return t.UnixNano()
 }
 
 // blob gives a JSON document as a column value: NULL when empty.

@@ -163,10 +163,10 @@ func (s *Store) RunList(ctx context.Context, p *store.RunListParams) ([]*store.R
 		args = append(args, p.Before)
 	}
 	if !p.CreatedSince.IsZero() {
-		where, args = append(where, "created_at >= ?"), append(args, p.CreatedSince.UnixNano())
+		where, args = append(where, "created_at >= ?"), append(args, toNanos(p.CreatedSince))
 	}
 	if !p.CreatedUntil.IsZero() {
-		where, args = append(where, "created_at < ?"), append(args, p.CreatedUntil.UnixNano())
+		where, args = append(where, "created_at < ?"), append(args, toNanos(p.CreatedUntil))
 	}
 	if p.Retrying {
 		where = append(where, "status = 'running'"+statusIndexed(store.RunRunning))

@@ -84,6 +84,12 @@ func testRunListFailing(t *testing.T, open Open) {
 	requireList(store.RunListParams{CreatedSince: start.Add(time.Millisecond)}, "d", "c2", "c", "b")
 	requireList(store.RunListParams{CreatedUntil: start.Add(2 * time.Millisecond)}, "b", "a")
 	requireList(store.RunListParams{CreatedSince: start.Add(time.Millisecond), CreatedUntil: start.Add(2 * time.Millisecond)}, "b")
+	// Times far from now bound nothing (a store that counts time in
+	// nanoseconds must not wrap around past 1678 or 2262).
+	ancient, distant := time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC), time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+	requireList(store.RunListParams{CreatedSince: ancient, CreatedUntil: distant}, "d", "c2", "c", "b", "a")
+	requireList(store.RunListParams{CreatedSince: distant})
+	requireList(store.RunListParams{CreatedUntil: ancient})
 	requireStats(1, map[string]int{"charge": 1})
 
 	// a's retry comes due: it waits, unclaimed, and is still retrying.
