@@ -33,6 +33,11 @@ import (
 //
 // A run carries its flow (flow.RunInput), so the version a run started
 // with is the one it runs to its end, on any server.
+//
+// A stored version may not parse: written by a newer reprise, checked by
+// a rule that got stricter since, or changed in the database. It is
+// listed and shown with its error, and no run starts from it; a version
+// pushed after it replaces it.
 
 // Flow is a stored flow as the API shows it.
 type Flow struct {
@@ -46,6 +51,9 @@ type Flow struct {
 	// URLs (userinfo, secret query values) shown as "xxxxx": GET
 	// /v1/flows/{name} has it, the other answers do not.
 	Flow json.RawMessage `json:"flow,omitempty"`
+	// Error, when set, says why this stored version does not parse; its
+	// Steps and Goals are then empty, and it has no Flow.
+	Error string `json:"error,omitempty"`
 }
 
 // wireFlow is version def of f as the API shows it.
@@ -59,6 +67,36 @@ func wireFlow(f *flow.Flow, def *store.FlowDefinition, withFlow bool) *Flow {
 		out.Flow = f.Shown(redact.String) // secrets in URLs shown as xxxxx, as GET /v1/steps does
 	}
 	return out
+}
+
+// wireBrokenFlow is version def, which does not parse, as the API shows it.
+func wireBrokenFlow(def *store.FlowDefinition, err *flowError) *Flow {
+	return &Flow{Name: def.Name, Version: def.Version, Steps: []string{}, Goals: []string{}, CreatedAt: def.CreatedAt,
+		Error: err.reason()}
+}
+
+// A flowError is a stored version of a flow that does not parse.
+type flowError struct {
+	name    string
+	version int
+	list    flow.ErrorList
+}
+
+func (e *flowError) Error() string {
+	return fmt.Sprintf("stored flow %s version %d %s", e.name, e.version, e.reason())
+}
+
+func (e *flowError) Unwrap() error { return e.list }
+
+// reason says that the version does not parse, with its first fault and
+// how many more, in one line, the secrets of URLs it quotes shown as
+// xxxxx.
+func (e *flowError) reason() string {
+	msg := "does not parse: " + e.list[0].Msg
+	if n := len(e.list) - 1; n > 0 {
+		msg += fmt.Sprintf(" (and %d more)", n)
+	}
+	return redact.String(msg)
 }
 
 // flowList is the answer of GET /v1/flows.
@@ -85,17 +123,30 @@ func SyncFlows(ctx context.Context, st store.Store, flows *flow.Set) error {
 }
 
 // adoptFlow registers stored version def on flows, unless flows has it or
-// a later one, and returns it parsed.
+// a later one, and returns it parsed: a *flowError when it does not parse.
 func adoptFlow(flows *flow.Set, def *store.FlowDefinition) (*flow.Flow, error) {
 	if f, v := flows.Latest(def.Name); f != nil && v == def.Version {
 		return f, nil
 	}
-	f, err := flow.Parse(fmt.Sprintf("flow %s version %d", def.Name, def.Version), def.Flow)
+	f, err := parseStored(def)
 	if err != nil {
-		return nil, fmt.Errorf("stored flow %s version %d: %w", def.Name, def.Version, err)
+		return nil, err
 	}
 	if err := flows.Add(f, def.Version); err != nil {
 		return nil, err
+	}
+	return f, nil
+}
+
+// parseStored parses stored version def: a *flowError when it does not.
+func parseStored(def *store.FlowDefinition) (*flow.Flow, error) {
+	f, err := flow.Parse(fmt.Sprintf("flow %s version %d", def.Name, def.Version), def.Flow)
+	var list flow.ErrorList
+	switch {
+	case errors.As(err, &list):
+		return nil, &flowError{name: def.Name, version: def.Version, list: list}
+	case err != nil:
+		return nil, fmt.Errorf("stored flow %s version %d: %w", def.Name, def.Version, err)
 	}
 	return f, nil
 }
@@ -223,11 +274,16 @@ func (a *api) listFlows(w http.ResponseWriter, r *http.Request) {
 	out := flowList{Flows: make([]*Flow, 0, len(defs))}
 	for _, def := range defs {
 		f, err := adoptFlow(a.flows, def)
-		if err != nil {
+		var fe *flowError
+		switch {
+		case errors.As(err, &fe):
+			out.Flows = append(out.Flows, wireBrokenFlow(def, fe))
+		case err != nil:
 			a.internal(w, r, err)
 			return
+		default:
+			out.Flows = append(out.Flows, wireFlow(f, def, false))
 		}
-		out.Flows = append(out.Flows, wireFlow(f, def, false))
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -259,13 +315,17 @@ func (a *api) getFlow(w http.ResponseWriter, r *http.Request) {
 	if version == 0 {
 		f, err = adoptFlow(a.flows, def)
 	} else {
-		f, err = flow.Parse(fmt.Sprintf("flow %s version %d", def.Name, def.Version), def.Flow)
+		f, err = parseStored(def)
 	}
-	if err != nil {
+	var fe *flowError
+	switch {
+	case errors.As(err, &fe):
+		writeJSON(w, http.StatusOK, wireBrokenFlow(def, fe))
+	case err != nil:
 		a.internal(w, r, err)
-		return
+	default:
+		writeJSON(w, http.StatusOK, wireFlow(f, def, true))
 	}
-	writeJSON(w, http.StatusOK, wireFlow(f, def, true))
 }
 
 // startFlowRun starts a run of the latest version of a flow, its input
@@ -275,7 +335,10 @@ func (a *api) startFlowRun(ctx context.Context, name string, input json.RawMessa
 		return nil, false, invalid("flow", "%v", err), nil
 	}
 	f, _, err := a.flow(ctx, name)
+	var fe *flowError
 	switch {
+	case errors.As(err, &fe):
+		return nil, false, invalid("flow", "flow %q cannot run: its latest version, %d, %s; push one that parses", name, fe.version, fe.reason()), nil
 	case err != nil:
 		return nil, false, nil, err
 	case f == nil:

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -364,6 +365,88 @@ func TestSyncFlowsNamesAStoredFlowThatDoesNotParse(t *testing.T) {
 	}
 	if f, v := set.Latest("price"); f == nil || v != 1 {
 		t.Fatalf("price after SyncFlows: %v, %d", f, v)
+	}
+}
+
+// TestFlowsStoredThatDoNotParse: stored versions that no longer parse
+// (a rule got stricter, the row was changed) are listed and shown with
+// their error, without the secrets it quotes; no run starts from them and
+// no claim takes their steps, each refused with a 400 that says why; the
+// other flows and versions are served as before.
+func TestFlowsStoredThatDoNotParse(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, Options{})
+	ctx := t.Context()
+	if _, _, err := s.c.PushFlow(ctx, []byte(priceFlow("http://127.0.0.1:9/")), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	// Version 1 of changed parses; its version 2, and broken's only one,
+	// do not (as if written by a newer reprise, or changed in the
+	// database), and name a password.
+	for _, put := range []struct{ name, flow string }{
+		{"changed", `{"flow":"changed","steps":{"pack":{"pull":true}}}`},
+		{"changed", `{"flow":"changed","steps":{"pack":{"pull":true,"retries":3}}}`},
+		{"broken", `{"flow":"broken","steps":{"a":{"http":"http://u:hunter2@[::1"},"b":{"pull":true,"needs":["c"]}}}`},
+	} {
+		if _, _, err := s.st.FlowPut(ctx, &store.FlowPutParams{Name: put.name, Flow: json.RawMessage(put.flow)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := s.snapshot(t)
+
+	status, body := s.call(t, "GET", "/v1/flows", "")
+	var list flowList
+	if err := json.Unmarshal(body, &list); status != 200 || err != nil {
+		t.Fatalf("GET /v1/flows: %d %s", status, body)
+	}
+	errs := map[string]string{}
+	for _, f := range list.Flows {
+		errs[fmt.Sprintf("%s %d %d %d", f.Name, f.Version, len(f.Steps), len(f.Goals))] = f.Error
+	}
+	want := map[string]string{
+		"price 1 2 1":   "",
+		"changed 2 0 0": `does not parse: step pack: unknown key "retries"`,
+		"broken 1 0 0":  `does not parse: http: bad URL: parse "http://xxxxx@[::1": missing ']' in host (and 1 more)`,
+	}
+	if len(errs) != len(want) {
+		t.Fatalf("listed %v, want %v", errs, want)
+	}
+	for k, msg := range want {
+		if e, ok := errs[k]; !ok || !strings.HasPrefix(e, msg) {
+			t.Errorf("flow %s listed with error %q, want %q", k, e, msg)
+		}
+	}
+	for _, path := range []string{"/v1/flows/broken", "/v1/flows/broken?version=1", "/v1/flows/changed"} {
+		status, body := s.call(t, "GET", path, "")
+		var f Flow
+		if err := json.Unmarshal(body, &f); status != 200 || err != nil || f.Error == "" || f.Flow != nil {
+			t.Errorf("GET %s: %d %s", path, status, body)
+		}
+	}
+	if f, err := s.c.GetFlow(ctx, "changed", 1); err != nil || f.Error != "" || f.Flow == nil {
+		t.Errorf("version 1 of changed: %+v, %v", f, err)
+	}
+	if strings.Contains(string(body), "hunter2") {
+		t.Errorf("the list shows a password: %s", body)
+	}
+
+	p := s.wantProblem(t, "POST", "/v1/runs", `{"flow":"broken"}`, 400, "flow")
+	if !strings.Contains(p.Detail, `flow "broken" cannot run: its latest version, 1, does not parse`) || strings.Contains(p.Detail, "hunter2") {
+		t.Errorf("start: %q", p.Detail)
+	}
+	p = s.wantProblem(t, "POST", "/v1/tasks/claim", `{"steps":["price.pack","broken.b"]}`, 400, "steps.1")
+	if !strings.Contains(p.Detail, `step "broken.b" is of flow broken, whose version 1 does not parse`) {
+		t.Errorf("claim: %q", p.Detail)
+	}
+	if after := s.snapshot(t); after != before {
+		t.Errorf("the refusals changed the state:\n%s\n%s", before, after)
+	}
+	// A version that parses, pushed after, replaces the broken one.
+	if _, _, err := s.c.PushFlow(ctx, []byte("flow: broken\nsteps:\n  b:\n    pull: true\n"), "application/yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.c.StartFlow(ctx, "broken", nil, ""); err != nil {
+		t.Errorf("start after a push: %v", err)
 	}
 }
 

@@ -529,7 +529,11 @@ func (a *api) deleteStep(w http.ResponseWriter, r *http.Request) {
 func (a *api) checkPullSteps(ctx context.Context, names []string) (*Problem, error) {
 	for i, name := range names {
 		ok, err := a.isFlowPullStep(ctx, name)
-		if err != nil {
+		var fe *flowError
+		switch {
+		case errors.As(err, &fe):
+			return invalid(fmt.Sprintf("steps.%d", i), "step %q is of flow %s, whose version %d %s", name, fe.name, fe.version, fe.reason()), nil
+		case err != nil:
 			return nil, err
 		}
 		if ok {

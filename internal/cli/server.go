@@ -425,14 +425,31 @@ const flowSyncEvery = 5 * time.Second
 func syncFlows(ctx context.Context, st store.Store, flows *flow.Set, log *slog.Logger) {
 	t := time.NewTicker(flowSyncEvery)
 	defer t.Stop()
+	var s flowSync
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := httpapi.SyncFlows(ctx, st, flows); err != nil && ctx.Err() == nil {
-				log.Warn("sync flows", "err", err)
-			}
+			s.once(ctx, st, flows, log)
 		}
+	}
+}
+
+// flowSync is the state of syncFlows: the error it last logged.
+type flowSync struct{ logged string }
+
+// once registers the flows stored since the last time, and logs an error
+// unless it is the one logged last: a stored flow that does not parse is
+// told of once, not every flowSyncEvery, until it is replaced.
+func (s *flowSync) once(ctx context.Context, st store.Store, flows *flow.Set, log *slog.Logger) {
+	err := httpapi.SyncFlows(ctx, st, flows)
+	switch {
+	case ctx.Err() != nil:
+	case err == nil:
+		s.logged = ""
+	case err.Error() != s.logged:
+		s.logged = err.Error()
+		log.Warn("sync flows", "err", err)
 	}
 }
