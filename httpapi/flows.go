@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -241,17 +240,8 @@ func (a *api) pushFlow(w http.ResponseWriter, r *http.Request) {
 
 // flowMediaType accepts a body of JSON or YAML.
 func flowMediaType(ct string) *Problem {
-	if ct == "" {
-		return nil
-	}
-	mt, _, err := mime.ParseMediaType(ct)
-	switch {
-	case err != nil:
-	case mt == "application/json", mt == "application/yaml", mt == "application/x-yaml", mt == "text/yaml":
-		return nil
-	}
-	return &Problem{Type: ProblemUnsupported, Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
-		Detail: fmt.Sprintf("Content-Type %q: send a flow as application/yaml or application/json", ct)}
+	return checkMediaType(ct, "send a flow as application/yaml or application/json",
+		"application/json", "application/yaml", "application/x-yaml", "text/yaml")
 }
 
 // flowProblem is the 400 of a flow file with faults, each with its place.

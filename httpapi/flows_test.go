@@ -159,6 +159,9 @@ steps:
 		status   int
 	}{
 		{"text/plain", "flow: x\nsteps: {a: {pull: true}}\n", 415},
+		{"application/yamlx", "flow: x\nsteps: {a: {pull: true}}\n", 415},
+		{"application/yaml; charset=utf-16", "flow: x\nsteps: {a: {pull: true}}\n", 415},
+		{"application/yaml", "flow: x\nsteps: {a: {pull: true}}\n---\nflow: y\n", 400},
 		{"application/yaml", "", 400},
 		{"application/yaml", "[1, 2]", 400},
 		{"application/yaml", "flow: x\nsteps: {a: {pull: true}}\n#" + strings.Repeat("x", 5<<10) + "\n", 413},

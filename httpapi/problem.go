@@ -1,13 +1,14 @@
 package httpapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -16,6 +17,7 @@ import (
 
 	"reprise"
 	"reprise/internal/redact"
+	"reprise/internal/strictjson"
 	"reprise/store"
 )
 
@@ -142,9 +144,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // the body; integers where v has integers. Its problem names the field at
 // fault.
 func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) *Problem {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(ct, "application/json") {
-		return &Problem{Type: ProblemUnsupported, Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
-			Detail: fmt.Sprintf("Content-Type %q: send application/json", ct)}
+	if p := checkMediaType(r.Header.Get("Content-Type"), "send application/json", "application/json"); p != nil {
+		return p
 	}
 	body, p := readBody(w, r, limit)
 	if p != nil {
@@ -157,6 +158,24 @@ func decode(w http.ResponseWriter, r *http.Request, limit int64, v any) *Problem
 		return unmarshalProblem(err)
 	}
 	return nil
+}
+
+// checkMediaType accepts a body whose Content-Type is absent or one of
+// types, without a charset other than UTF-8; its 415 says what to send.
+func checkMediaType(ct, send string, types ...string) *Problem {
+	if ct == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	switch {
+	case err != nil, !slices.Contains(types, mt):
+	case params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8"):
+		send = "send UTF-8"
+	default:
+		return nil
+	}
+	return &Problem{Type: ProblemUnsupported, Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
+		Detail: fmt.Sprintf("Content-Type %q: %s", ct, send)}
 }
 
 // readBody reads the request's body, of at most limit bytes.
@@ -175,36 +194,27 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, *Pro
 
 // checkJSON checks that body is one JSON object, with no name twice in an
 // object and no string that is not valid UTF-8 or holds a NUL (which
-// PostgreSQL cannot store in text), at any depth.
+// PostgreSQL cannot store in text), at any depth (strictjson.Check).
 func checkJSON(body []byte) *Problem {
-	d := jsontext.NewDecoder(bytes.NewReader(body))
-	tok, err := d.ReadToken()
+	err := strictjson.Check(body)
+	var ne *strictjson.NULError
 	switch {
-	case errors.Is(err, io.EOF):
+	case errors.Is(err, strictjson.ErrEmpty):
 		return invalid("body", "the body is empty; send a JSON object")
+	case errors.Is(err, strictjson.ErrTrailing):
+		return invalid("body", "the body holds more than one JSON value")
+	case errors.As(err, &ne) && ne.Name:
+		// A member's name: the pointer ends with it.
+		field := fieldPath(ne.Pointer.Parent())
+		return invalid(field, "a field name in %s holds a NUL character (\\u0000), which no string may", field)
+	case errors.As(err, &ne):
+		field := fieldPath(ne.Pointer)
+		return invalid(field, "%s holds a NUL character (\\u0000), which no string may", field)
 	case err != nil:
 		return syntaxProblem(err)
-	case tok.Kind() != '{':
-		return invalid("body", "the body is a JSON %s; send an object", kindName(tok.Kind()))
 	}
-	for d.StackDepth() > 0 {
-		tok, err := d.ReadToken()
-		if err != nil {
-			return syntaxProblem(err)
-		}
-		if tok.Kind() == '"' && strings.IndexByte(tok.String(), 0) >= 0 {
-			at := d.StackPointer()
-			if kind, n := d.StackIndex(d.StackDepth()); kind == '{' && n%2 == 1 {
-				// A member's name: the pointer ends with it.
-				field := fieldPath(at.Parent())
-				return invalid(field, "a field name in %s holds a NUL character (\\u0000), which no string may", field)
-			}
-			field := fieldPath(at)
-			return invalid(field, "%s holds a NUL character (\\u0000), which no string may", field)
-		}
-	}
-	if _, err := d.ReadToken(); !errors.Is(err, io.EOF) {
-		return invalid("body", "the body holds more than one JSON value")
+	if k := jsontext.Value(body).Kind(); k != '{' {
+		return invalid("body", "the body is a JSON %s; send an object", kindName(k))
 	}
 	return nil
 }

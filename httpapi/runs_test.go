@@ -91,6 +91,21 @@ func TestStartRunErrors(t *testing.T) {
 	if resp.StatusCode != http.StatusUnsupportedMediaType {
 		t.Errorf("form body: %d", resp.StatusCode)
 	}
+	// JSON is application/json, in UTF-8: not a type that starts so.
+	for ct, want := range map[string]int{
+		"application/jsonx":                    415,
+		"application/json-patch+json":          415,
+		"application/json; charset=utf-16":     415,
+		"application/json; charset=latin1":     415,
+		"application/json;;":                   415,
+		"application/json; charset=UTF-8":      201,
+		"Application/JSON":                     201,
+		"application/json ; charset=\"utf-8\"": 201,
+	} {
+		if status, body := s.callAs(t, "POST", "/v1/runs", ct, `{"workflow": "echo"}`); status != want {
+			t.Errorf("Content-Type %q: %d %s, want %d", ct, status, body, want)
+		}
+	}
 }
 
 func TestMethodsAndPaths(t *testing.T) {

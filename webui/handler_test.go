@@ -501,8 +501,19 @@ func TestActions(t *testing.T) {
 		t.Errorf("the redrive page of a running run: %s", a)
 	}
 	a = c.post("/runs/w-1/signal", url.Values{"csrf": {c.csrf("/runs/w-1/signal")}, "name": {"go"}, "payload": {"{not json"}})
-	if a.status != http.StatusBadRequest || !strings.Contains(a.body, "The payload is not JSON") || !strings.Contains(a.body, "{not json") {
+	if a.status != http.StatusBadRequest || !strings.Contains(a.body, "The payload is not JSON as the API takes it") || !strings.Contains(a.body, "{not json") {
 		t.Errorf("a signal with a bad payload: %s; want 400 that keeps what was typed", a)
+	}
+	// A payload is JSON as the API takes it: no name twice, no NUL, no
+	// lone surrogate; refused, it sends nothing.
+	for _, payload := range []string{`{"a": 1, "a": 2}`, `{"a": "\u0000"}`, `"\ud800"`, `1 2`} {
+		a = c.post("/runs/w-1/signal", url.Values{"csrf": {c.csrf("/runs/w-1/signal")}, "name": {"go"}, "payload": {payload}})
+		if a.status != http.StatusBadRequest || !strings.Contains(a.body, "The payload is not JSON as the API takes it") {
+			t.Errorf("a signal with payload %s: %s; want 400", payload, a)
+		}
+	}
+	if events, err := f.e.History(t.Context(), "w-1"); err != nil || has(store.EventSignalReceived)(events) {
+		t.Errorf("refused signals were sent: %v %v", events, err)
 	}
 	a = c.post("/runs/w-1/signal", url.Values{"csrf": {c.csrf("/runs/w-1/signal")}, "payload": {"1"}})
 	if a.status != http.StatusBadRequest || !strings.Contains(a.body, "Give the signal") {

@@ -12,6 +12,7 @@ import (
 
 	"reprise"
 	"reprise/internal/runid"
+	"reprise/internal/strictjson"
 	"reprise/store"
 )
 
@@ -281,8 +282,10 @@ func (d *actionData) check() string {
 		return fmt.Sprintf("The signal's name has %d characters; give at most %d.", len(d.Name), maxName)
 	case len(d.Payload) > maxPayload:
 		return fmt.Sprintf("The payload has %d bytes; give at most %d.", len(d.Payload), maxPayload)
-	case d.Payload != "" && !json.Valid([]byte(d.Payload)):
-		return `The payload is not JSON: give a JSON value, such as {"approved": true}, "yes" or 42, or leave it empty for null.`
+	case d.Payload != "":
+		if err := strictjson.Check([]byte(d.Payload)); err != nil {
+			return fmt.Sprintf(`The payload is not JSON as the API takes it (%v): give a JSON value, such as {"approved": true}, "yes" or 42, or leave it empty for null.`, err)
+		}
 	}
 	return ""
 }

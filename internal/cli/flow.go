@@ -100,8 +100,8 @@ func flowRunMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) != 1 {
 		return usageErrorf(fs, stderr, "want one flow file, got %d arguments", len(pos))
 	}
-	if !json.Valid([]byte(*input)) {
-		return usageErrorf(fs, stderr, "--input is not JSON: %s", clip(*input, 60))
+	if err := checkJSONFlag("--input", *input); err != nil {
+		return usageErrorf(fs, stderr, "%v", err)
 	}
 	if *id != "" {
 		if err := reprise.ValidateRunID(*id); err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"reprise"
 	"reprise/internal/runfilter"
+	"reprise/internal/strictjson"
 	"reprise/store"
 )
 
@@ -300,8 +301,13 @@ func startMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) != 1 {
 		return usageErrorf(fs, stderr, "want one workflow name, got %d arguments", len(pos))
 	}
-	if !json.Valid([]byte(input)) {
-		return usageErrorf(fs, stderr, "--input is not valid JSON: %q", clip(input, 40))
+	if err := checkJSONFlag("--input", input); err != nil {
+		return usageErrorf(fs, stderr, "%v", err)
+	}
+	if id != "" {
+		if err := reprise.ValidateRunID(id); err != nil {
+			return usageErrorf(fs, stderr, "--id: %v", err)
+		}
 	}
 	run, created, err := b.StartRun(context.Background(), pos[0], json.RawMessage(input), id)
 	if err != nil {
@@ -314,6 +320,15 @@ func startMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s %s (%s)\n", verb, run.ID, run.Status)
 	return exitOK
+}
+
+// checkJSONFlag reports what is wrong with the JSON value of a flag, as
+// the API would refuse it.
+func checkJSONFlag(name, value string) error {
+	if err := strictjson.Check([]byte(value)); err != nil {
+		return fmt.Errorf("%s is not JSON as the API takes it (%w): %q", name, err, clip(value, 40))
+	}
+	return nil
 }
 
 func redriveMain(args []string, stdout, stderr io.Writer) int {
@@ -354,8 +369,8 @@ func signalMain(args []string, stdout, stderr io.Writer) int {
 	if len(pos) != 2 {
 		return usageErrorf(fs, stderr, "want a run id and a signal name, got %d arguments", len(pos))
 	}
-	if !json.Valid([]byte(payload)) {
-		return usageErrorf(fs, stderr, "--payload is not valid JSON: %q", clip(payload, 40))
+	if err := checkJSONFlag("--payload", payload); err != nil {
+		return usageErrorf(fs, stderr, "%v", err)
 	}
 	if err := b.SignalRun(context.Background(), pos[0], pos[1], json.RawMessage(payload)); err != nil {
 		return runError(stderr, "signal", pos[0], err)
