@@ -217,6 +217,8 @@ func TestStrictInputMessages(t *testing.T) {
 		{"POST", "/v1/runs", `{"workflow":"echo","input":"a\u0000"}`, "input", `input holds a NUL character (\u0000), which no string may`},
 		{"GET", "/v1/runs?stauts=failed", "", "stauts", `unknown query parameter "stauts"; this endpoint takes status, workflow, step, error_type, since, until, limit, cursor`},
 		{"GET", "/v1/steps?x=1", "", "x", `unknown query parameter "x"; this endpoint takes none`},
+		// A URL that does not parse is quoted without its password.
+		{"POST", "/v1/steps", `{"name":"w","kind":"http","url":"http://u:hunter2@[::1"}`, "url", `parse "http://xxxxx@[::1": missing ']' in host`},
 	} {
 		p := s.wantProblem(t, c.method, c.path, c.body, 400, c.field)
 		if p.Detail != c.detail {

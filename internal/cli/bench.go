@@ -33,7 +33,8 @@ func benchMain(args []string, stdout, stderr io.Writer) int {
 	flood := fs.Duration("flood", 0, "how long 8 clients start runs as fast as they can, for the figures of a flood of starts (0 to skip)")
 	maxResident := fs.Int("max-resident-runs", 0, "the engine's MaxResidentRuns: resident runs past which waiting ones are evicted (0: the default; -1: no cap)")
 	maxPending := fs.Int("max-pending-runs", 0, "the engine's MaxPendingRuns: runs waiting to start past which starts are refused as busy (0: the default; -1: no cap)")
-	db := fs.String("db", "", "database: a SQLite file (the runs stay in it), or a postgres:// URL, where each workload\n"+
+	db := new(string)
+	dbVar(fs, db, "", "the `DATABASE`: a SQLite file (the runs stay in it), or a postgres:// URL, where each workload\n"+
 		"runs in a schema of its own, dropped after (default: a fresh SQLite file in a temporary directory)")
 	observe := fs.String("observe", "off", "what watches the engine: off, metrics (the Prometheus metrics of reprise server),\n"+
 		"tracing (a span per run, step and attempt, batched to an exporter that drops them), or both")

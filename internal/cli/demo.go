@@ -114,7 +114,8 @@ func demoDefinitions() []reprise.Definition {
 
 func demoMain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("demo", "[--db PATH] [--json]")
-	db := fs.String("db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	db := new(string)
+	dbVar(fs, db, defaultDB, dbUsage)
 	asJSON := fs.Bool("json", false, "print the history as JSON instead of a timeline")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {

@@ -52,7 +52,7 @@ func flowMain(args []string, stdout, stderr io.Writer) int {
 // readFlow reads and parses a flow file; on error it prints every fault
 // found, one per line, and returns the exit code.
 func readFlow(name, file string, stderr io.Writer) (*flow.Flow, int, bool) {
-	src, err := os.ReadFile(file)
+	src, err := readFlowFile(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise %s: %v\n", name, err)
 		return nil, exitUsage, false
@@ -67,6 +67,24 @@ func readFlow(name, file string, stderr io.Writer) (*flow.Flow, int, bool) {
 		return nil, exitUsage, false
 	}
 	return f, exitOK, true
+}
+
+// readFlowFile reads a flow file, refusing one over flow.MaxFileSize
+// without reading the rest: it may be a device that never ends.
+func readFlowFile(file string) ([]byte, error) {
+	fd, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer fd.Close()
+	src, err := io.ReadAll(io.LimitReader(fd, flow.MaxFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(src) > flow.MaxFileSize {
+		return nil, fmt.Errorf("%s has over %d bytes; a flow file has at most %d", file, flow.MaxFileSize, flow.MaxFileSize)
+	}
+	return src, nil
 }
 
 func flowCheckMain(args []string, stdout, stderr io.Writer) int {
@@ -89,7 +107,8 @@ func flowCheckMain(args []string, stdout, stderr io.Writer) int {
 func flowRunMain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("flow run", "FILE [--input JSON] [--db DB] [--id RUN] [--json]")
 	input := fs.String("input", "null", "the run's input, as JSON")
-	db := fs.String("db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	db := new(string)
+	dbVar(fs, db, defaultDB, dbUsage)
 	id := fs.String("id", "", "the run's `ID`; a run of that id that exists already is resumed, not started again (default: a new id)")
 	workerID := fs.String("worker-id", os.Getenv("REPRISE_WORKER_ID"), "the engine's `ID` in leases and history; restarted under the id of one that was killed, it takes that one's work back at once (default $REPRISE_WORKER_ID, else host-pid-random)")
 	asJSON := fs.Bool("json", false, "print the run and its history as JSON instead of a timeline")

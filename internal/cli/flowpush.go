@@ -55,7 +55,7 @@ func flowPushMain(args []string, stdout, stderr io.Writer) int {
 	if _, code, ok := readFlow("flow push", file, stderr); !ok {
 		return code
 	}
-	src, err := os.ReadFile(file)
+	src, err := readFlowFile(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise flow push: %v\n", err)
 		return exitUsage

@@ -18,7 +18,8 @@ import (
 // reprise is refused and left as it is.
 func migrateMain(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("migrate", "[--db DATABASE] [--schema NAME]")
-	db := fs.String("db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	db := new(string)
+	dbVar(fs, db, defaultDB, dbUsage)
 	schema := fs.String("schema", "", "PostgreSQL schema that holds reprise's tables (default: the --db URL's search_path, or public)")
 	pos, code, ok := parseArgs(fs, args, stdout, stderr)
 	if !ok {

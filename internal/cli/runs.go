@@ -103,7 +103,7 @@ type backendFlags struct {
 }
 
 func (f *backendFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.db, "db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	dbVar(fs, &f.db, defaultDB, dbUsage)
 	fs.StringVar(&f.server, "server", "", "a reprise server's URL (instead of --db)")
 	fs.StringVar(&f.token, "token", "", "bearer token for --server (default $REPRISE_TOKEN)")
 }

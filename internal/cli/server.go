@@ -65,7 +65,7 @@ func serverMain(args []string, stdout, stderr io.Writer) int {
 		"       [--worker-id ID] [--allow-step-hosts HOSTS]... [--max-resident-runs N] [--max-pending-runs N]")
 	var c serverConfig
 	var tokens tokenList
-	fs.StringVar(&c.db, "db", defaultDB, "database: a SQLite path, sqlite:PATH or postgres://URL")
+	dbVar(fs, &c.db, defaultDB, dbUsage)
 	fs.StringVar(&c.addr, "addr", "127.0.0.1:7420", "address to listen on; a non-loopback one needs a token")
 	fs.Var(&tokens, "token", fmt.Sprintf("a bearer `TOKEN` every API call must carry, %d characters or more; repeat it, or separate tokens with commas, to accept several (rotation) (default $REPRISE_TOKENS, comma-separated, and $REPRISE_TOKEN)", minTokenLen))
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", 30*time.Second, "how long an attempt's lease lasts between heartbeats")

@@ -3,11 +3,14 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"reprise/internal/redact"
 	"reprise/postgres"
 	"reprise/sqlite"
 	"reprise/store"
@@ -15,6 +18,47 @@ import (
 
 // defaultDB is the database of the commands that take --db.
 const defaultDB = "reprise.db"
+
+// dbUsage is what --db takes, as most commands say it.
+const dbUsage = "the `DATABASE`: a SQLite path, sqlite:PATH or postgres://URL"
+
+// dbVar defines the --db flag of fs in p, with its default and usage. A
+// value that names no database reprise opens is a usage error when the
+// flags are parsed, before anything is opened.
+func dbVar(fs *flag.FlagSet, p *string, value, usage string) {
+	*p = value
+	fs.Var((*dbFlag)(p), "db", usage)
+}
+
+// dbFlag is a --db flag's value.
+type dbFlag string
+
+func (d *dbFlag) String() string { return redact.String(string(*d)) }
+
+func (d *dbFlag) Set(v string) error {
+	if err := checkDB(v); err != nil {
+		return err
+	}
+	*d = dbFlag(v)
+	return nil
+}
+
+// dbScheme matches the scheme of a URL.
+var dbScheme = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*)://`)
+
+// checkDB reports what is wrong with a --db value, without opening it: a
+// postgres:// URL that does not parse, or another URL than a sqlite: one.
+// Its error holds no password.
+func checkDB(db string) error {
+	if isPostgresURL(db) {
+		_, err := dsnSchema(db) // pgconn's errors hide the password
+		return err
+	}
+	if m := dbScheme.FindStringSubmatch(db); len(m) == 2 && !strings.EqualFold(m[1], "sqlite") {
+		return fmt.Errorf("scheme %s: want a SQLite path, sqlite:PATH or postgres://URL", m[1])
+	}
+	return nil
+}
 
 // openStore opens the store a --db value names: "sqlite:PATH", a bare path,
 // or a postgres:// URL.
