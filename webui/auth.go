@@ -215,10 +215,13 @@ func (h *Handler) requireSignIn(w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// localPath returns next if it is a path on this server, else "/".
+// localPath returns next if it is a path on this server, else "/". A
+// browser drops the tabs and newlines of a URL and takes \ for /, so
+// that "/\t/evil.example" would be "//evil.example", another site: a
+// path with a control character is none.
 func localPath(next string) string {
 	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
-		strings.ContainsAny(next, "\r\n") {
+		strings.ContainsFunc(next, func(r rune) bool { return r < ' ' || r == 0x7f }) {
 		return "/"
 	}
 	return next

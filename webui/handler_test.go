@@ -70,10 +70,16 @@ func TestLogin(t *testing.T) {
 	if a := c.get("/"); a.status != http.StatusOK || !strings.Contains(a.body, "Sign out") {
 		t.Errorf("GET / signed in: %d; want 200 with a sign-out button", a.status)
 	}
-	// An open redirect is refused.
-	evil := f.client(t)
-	if a := evil.post("/login", url.Values{"csrf": {evil.csrf("/login")}, "token": {testToken}, "next": {"//evil.example/"}}); a.header.Get("Location") != "/" {
-		t.Errorf("login with next //evil.example/: Location %q, want /", a.header.Get("Location"))
+	// An open redirect is refused: a browser reads each of these as
+	// //evil.example/ (it drops tabs and newlines, and takes \ for /).
+	for _, next := range []string{"//evil.example/", "/\\evil.example/", "/\t/evil.example/", "/\n/evil.example/", "/\t\\evil.example/"} {
+		evil := f.client(t)
+		if a := evil.post("/login", url.Values{"csrf": {evil.csrf("/login")}, "token": {testToken}, "next": {next}}); a.header.Get("Location") != "/" {
+			t.Errorf("login with next %q: Location %q, want /", next, a.header.Get("Location"))
+		}
+		if a := c.get("/login?next=" + url.QueryEscape(next)); a.header.Get("Location") != "/" {
+			t.Errorf("signed in, GET /login?next=%q: Location %q, want /", next, a.header.Get("Location"))
+		}
 	}
 	// Behind a TLS proxy the cookies are Secure.
 	tls := f.client(t)
