@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"reprise/internal/runfilter"
 )
 
 // FuzzDecodeBodies sends arbitrary bodies to every endpoint that takes one:
@@ -38,7 +40,12 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"worker":"w","steps":["work"],"max":1.0}`,
 		`{"token":1,"error":{"type":"X","retry_after_ms":5e0}}`,
 		"{\"workflow\":\"echo\",\"input\":\"\xc3\"}",
-		`[`, `null`, `{"a":`, "\xff",
+		`{"workflow":"echo","input":{"\u0000":1}}`,
+		`{"workflow":"echo","input":1e999999}`,
+		`{"workflow":"echo"} x`,
+		`{"name":"w","kind":"http","url":"http://u:hunter2@[::1"}`,
+		`{"workflow":"echo","input":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `}`,
+		`[`, `null`, `{"a":`, "\xff", " \n",
 	} {
 		f.Add(uint8(i), body)
 	}
@@ -73,7 +80,7 @@ func FuzzQuery(f *testing.F) {
 		method, path string
 		takes        []string
 	}{
-		{"GET", "/v1/runs", []string{"status", "workflow", "limit", "cursor"}},
+		{"GET", "/v1/runs", append(slices.Clone(runfilter.Params), "limit", "cursor")},
 		{"GET", "/v1/runs/r1", []string{"wait", "after"}},
 		{"GET", "/v1/runs/r1/history", []string{"wait", "after"}},
 		{"GET", "/v1/steps", nil},
@@ -84,6 +91,8 @@ func FuzzQuery(f *testing.F) {
 	for i, q := range []string{
 		"status=failed", "stauts=failed", "status=failed&status=running", "workflow=%00", "workflow=%ff",
 		"limit=%zz", "limit=1;cursor=x", "wait=1ms&after=0", "wait=1ms&wait=2ms", "x", "=1", "&&", "%",
+		"limit=-1", "limit=0", "limit=99999999999999999999", "cursor=..", "cursor=a%2F1", "after=-1", "wait=1e400",
+		"since=9999-12-31T00:00:00Z", "until=0001-01-01T00:00:00Z", "since=1h&until=2h", "since=2026-13-01T00:00:00Z",
 	} {
 		f.Add(uint8(i), q)
 	}
