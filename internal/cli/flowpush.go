@@ -109,8 +109,11 @@ func flowListMain(args []string, stdout, stderr io.Writer) int {
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FLOW\tVERSION\tPUSHED\tSTEPS\tGOALS")
 	for _, f := range flows {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, f.Version, f.CreatedAt.UTC().Format("2006-01-02 15:04:05"),
-			strings.Join(f.Steps, ","), strings.Join(f.Goals, ","))
+		steps, goals := strings.Join(f.Steps, ","), strings.Join(f.Goals, ",")
+		if f.Error != "" {
+			steps, goals = "ERROR: "+f.Error, ""
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", f.Name, f.Version, f.CreatedAt.UTC().Format("2006-01-02 15:04:05"), steps, goals)
 	}
 	if err := tw.Flush(); err != nil {
 		fmt.Fprintf(stderr, "reprise flow list: %v\n", err)
@@ -139,6 +142,10 @@ func flowShowMain(args []string, stdout, stderr io.Writer) int {
 	f, err := c.GetFlow(context.Background(), pos[0], version)
 	if err != nil {
 		fmt.Fprintf(stderr, "reprise flow show: %v\n", err)
+		return exitFail
+	}
+	if f.Error != "" {
+		fmt.Fprintf(stderr, "reprise flow show: flow %s version %d %s\n", f.Name, f.Version, f.Error)
 		return exitFail
 	}
 	var out bytes.Buffer
