@@ -124,6 +124,10 @@ func TestServerShowsNoSecrets(t *testing.T) {
 				db = pgServerDB(t, "reprise_cli_secrets")
 			}
 			ep := newSecretEndpoint(t)
+			// A stored flow that does not parse, as another server might
+			// have kept it: the server logs its error, which quotes its URL,
+			// when it starts.
+			storeBrokenFlow(t, db, ep)
 			p := spawnServer(t, db)
 			c := newClient(t, p.url)
 			ctx := t.Context()
@@ -155,18 +159,17 @@ func TestServerShowsNoSecrets(t *testing.T) {
 				t.Errorf("the endpoint got %d calls, want 2: a 503, then the one that succeeded", n)
 			}
 
-			// A stored flow that does not parse: the error quotes its URL,
-			// in the answer (an error id) and in the log.
-			storeBrokenFlow(t, db, ep)
+			// A run of the flow that does not parse: refused, saying why,
+			// which quotes its URL.
 			status, problem := rawCall(t, p.url, http.MethodPost, "/v1/runs", `{"flow": "broken"}`)
 			var prob httpapi.Problem
-			if err := json.Unmarshal([]byte(problem), &prob); err != nil || status != http.StatusInternalServerError || prob.ErrorID == "" {
+			if err := json.Unmarshal([]byte(problem), &prob); err != nil || status != http.StatusBadRequest || prob.Field != "flow" {
 				t.Fatalf("start of a broken flow: %d %s", status, problem)
 			}
 
-			surfaces := map[string]string{}
+			surfaces := map[string]string{"POST /v1/runs {\"flow\": \"broken\"}": problem}
 			for _, path := range []string{"/v1/runs/pay-1", "/v1/runs/pay-1?wait=5s&after=1", "/v1/runs", "/v1/runs?status=completed",
-				"/v1/runs/pay-1/history", "/v1/runs/pay-1/history?wait=5s&after=2", "/v1/flows/pay",
+				"/v1/runs/pay-1/history", "/v1/runs/pay-1/history?wait=5s&after=2", "/v1/flows/pay", "/v1/flows", "/v1/flows/broken",
 				"/", "/runs/pay-1"} {
 				status, body := rawCall(t, p.url, http.MethodGet, path, "")
 				if status != http.StatusOK {
@@ -204,10 +207,10 @@ func TestServerShowsNoSecrets(t *testing.T) {
 
 			p.stop()
 			log := p.output()
-			if !strings.Contains(log, prob.ErrorID) {
-				t.Errorf("the log has no line of error %s:\n%s", prob.ErrorID, log)
+			if !strings.Contains(log, "stored flow broken version 1 does not parse") {
+				t.Errorf("the log has no line of the flow that does not parse:\n%s", log)
 			}
-			checkNoSecrets(t, "the server's log", log, true) // the line of the error quotes the URL
+			checkNoSecrets(t, "the server's log", log, true) // that line quotes the URL
 		})
 	}
 }

@@ -32,7 +32,7 @@ type serverProc struct {
 	cmd  *exec.Cmd
 	url  string
 	mu   sync.Mutex
-	rest bytes.Buffer // what it wrote after saying where it listens
+	rest bytes.Buffer // what it wrote, but the line that says where it listens
 	done chan error   // its exit
 	dead bool         // killed by the test
 }
@@ -73,6 +73,7 @@ func spawnServerEnv(t *testing.T, db string, env []string, args ...string) *serv
 			break
 		}
 		t.Logf("server: %s", lines.Text())
+		p.rest.WriteString(lines.Text() + "\n")
 	}
 	if p.url == "" {
 		// On the way to the test's failure: their errors say nothing more.
