@@ -348,9 +348,11 @@ func (a *api) authenticate(next http.Handler) http.Handler {
 }
 
 // authorized reports whether the Authorization header is "Bearer TOKEN"
-// with one of the tokens, comparing with every token in constant time.
+// (the scheme in any case, as HTTP has it) with one of the tokens,
+// comparing with every token in constant time.
 func (a *api) authorized(header string) bool {
-	given, ok := strings.CutPrefix(header, "Bearer ")
+	scheme, given, ok := strings.Cut(header, " ")
+	ok = ok && strings.EqualFold(scheme, "Bearer")
 	sum := sha256.Sum256([]byte(given))
 	match := 0
 	for _, t := range a.tokens {
