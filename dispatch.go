@@ -63,8 +63,9 @@ func (e *Engine) dispatch(ctx context.Context) {
 			}
 			continue
 		}
-		if next.IsZero() {
-			next = e.clock.Now().Add(e.cfg.PollInterval)
+		if next.IsZero() || len(e.peers()) > 0 {
+			// Peers on this store schedule work that no notice tells of.
+			next = earliest(next, e.clock.Now().Add(e.cfg.PollInterval))
 		}
 		if !t.Stop() {
 			select {

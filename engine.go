@@ -57,7 +57,8 @@ type Config struct {
 	// context ends before they are cancelled. Default: 10 s.
 	ShutdownGrace time.Duration
 	// PollInterval is how often the engine looks for work it was not told
-	// about (runs started by other processes) and for engines that died
+	// about (runs started by other processes, steps scheduled by other
+	// engines on its store in this process) and for engines that died
 	// without stopping. Default: 1 s.
 	PollInterval time.Duration
 	// UnclaimedAfter is how long a step may stay ready without any engine
@@ -382,6 +383,7 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.runCtx, e.stopRuns = context.WithCancelCause(e.storeCtx)
 	e.workCtx, e.stopWork = context.WithCancelCause(e.storeCtx)
 	e.mu.Unlock()
+	defer e.joinPeers()()
 
 	var loops sync.WaitGroup
 	loops.Go(func() { e.dispatch(ctx) })

@@ -269,12 +269,20 @@ func (e *Engine) handOff(t *store.Task, out json.RawMessage) bool {
 }
 
 // deliver hands what a store call appended to the replayer that waits for
-// it.
+// it: this engine's, or a peer's.
 func (e *Engine) deliver(o *store.Outcome) {
-	if o == nil || o.Owner != e.id {
+	if o == nil || o.Owner == "" {
 		return
 	}
-	e.wakeRun(o.RunID, o.Events)
+	if o.Owner == e.id {
+		e.wakeRun(o.RunID, o.Events)
+		return
+	}
+	for _, p := range e.peers() {
+		if p.id == o.Owner {
+			p.wakeRun(o.RunID, o.Events)
+		}
+	}
 }
 
 // replayerFor returns the replayer of run id, if this engine executes it.

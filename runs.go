@@ -136,6 +136,12 @@ func (e *Engine) CancelRun(ctx context.Context, id, reason string) error {
 		return fmt.Errorf("cancel run %s: %w", id, err)
 	}
 	e.stopRun(id)
+	for _, p := range e.peers() {
+		p.stopRun(id)
+		for _, run := range c.Descendants {
+			p.stopRun(run.ID)
+		}
+	}
 	if c.Run != nil {
 		e.cancelled(c.Run)
 	}
