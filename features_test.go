@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -284,6 +285,26 @@ func TestChildRuns(t *testing.T) {
 	}
 	if n := len(eventsOf(events, store.EventChildFailed)); n != 2 {
 		t.Errorf("%d ChildFailed, want 2", n)
+	}
+}
+
+// TestSleepForever: a sleep as long as a Duration goes (past the year 2262,
+// where nanoseconds since 1970 end) waits; it does not fire at once.
+func TestSleepForever(t *testing.T) {
+	t.Parallel()
+	wf := reprise.NewWorkflow("sleeps-forever", func(ctx context.Context, _ int) (int, error) {
+		return 0, reprise.Sleep(ctx, math.MaxInt64)
+	})
+	env := newEnv(t, nil, wf)
+	h, err := wf.Start(t.Context(), env.Engine, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Settle()
+	env.Clock.Advance(24 * time.Hour)
+	env.Settle()
+	if run, err := env.Engine.GetRun(t.Context(), h.ID); err != nil || run.Status != reprise.RunRunning {
+		t.Fatalf("run: %+v, %v; want it running, asleep", run, err)
 	}
 }
 

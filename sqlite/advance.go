@@ -161,7 +161,7 @@ func (tx *txn) advance(pa *preparedAdvance, run runState, pre []store.Event, pre
 			}
 		case s.Timer != nil:
 			_, err := tx.exec(`INSERT INTO timers (run_id, execution, position, fire_at) VALUES (?, ?, ?, ?)`,
-				p.RunID, run.execution, s.Timer.Position, s.Event.FireAt.UnixNano())
+				p.RunID, run.execution, s.Timer.Position, toNanos(s.Event.FireAt))
 			if err != nil {
 				return nil, fmt.Errorf("schedule timer %d: %w", s.Timer.Position, err)
 			}
