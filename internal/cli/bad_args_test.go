@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -42,11 +43,17 @@ func TestBadArguments(t *testing.T) {
 			t.Errorf("%q: exit %d, stderr:\n%s\nwant exit %d saying %q, without the password", c.args, code, stderr.String(), c.code, c.says)
 		}
 	}
-	// None started a run (the run commands open their database before
-	// they read their arguments).
+	// None touched the database: the run commands read their arguments
+	// before they open it, and do not make one.
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a database at %s after bad arguments (%v)", db, err)
+	}
 	var stdout, stderr bytes.Buffer
-	if code := Main([]string{"runs", "--db", db}, &stdout, &stderr); code != exitOK || strings.Contains(stdout.String(), "order") {
-		t.Errorf("runs after bad arguments: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	if code := Main([]string{"runs", "--db", db}, &stdout, &stderr); code != exitFail || !strings.Contains(stderr.String(), "no database at "+db) {
+		t.Errorf("runs on no database: exit %d\n%s%s", code, stdout.String(), stderr.String())
+	}
+	if _, err := os.Stat(db); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("runs made a database at %s (%v)", db, err)
 	}
 }
 

@@ -116,6 +116,13 @@ func (f *backendFlags) open(ctx context.Context) (runsBackend, error) {
 		}
 		return shownBackend{b}, nil
 	}
+	if path, ok := strings.CutPrefix(f.db, "sqlite:"); ok || !isPostgresURL(f.db) {
+		// Opening creates a database; these commands only read or write
+		// the runs of one.
+		if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no database at %s: reprise server --db %s (or reprise migrate) makes one", path, path)
+		}
+	}
 	s, err := openStore(ctx, f.db)
 	if err != nil {
 		return nil, err
@@ -136,12 +143,85 @@ func runsCommand(name, synopsis string, args []string, stdout, stderr io.Writer,
 	if !ok {
 		return nil, fs, nil, code, false
 	}
-	b, err := bf.open(context.Background())
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", fs.Name(), err)
-		return nil, fs, nil, exitFail, false
+	return &lazyBackend{open: func() (runsBackend, error) { return bf.open(context.Background()) }}, fs, pos, exitOK, true
+}
+
+// lazyBackend opens its backend when a command first uses it, so that a
+// command refuses its bad arguments before it opens a database.
+type lazyBackend struct {
+	open func() (runsBackend, error)
+	b    runsBackend
+	err  error
+}
+
+func (l *lazyBackend) get() (runsBackend, error) {
+	if l.b == nil && l.err == nil {
+		l.b, l.err = l.open()
 	}
-	return b, fs, pos, exitOK, true
+	return l.b, l.err
+}
+
+func (l *lazyBackend) StartRun(ctx context.Context, workflow string, input json.RawMessage, id string) (*store.Run, bool, error) {
+	b, err := l.get()
+	if err != nil {
+		return nil, false, err
+	}
+	return b.StartRun(ctx, workflow, input, id)
+}
+
+func (l *lazyBackend) ListRuns(ctx context.Context, p *store.RunListParams) ([]*store.Run, error) {
+	b, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.ListRuns(ctx, p)
+}
+
+func (l *lazyBackend) GetRun(ctx context.Context, id string) (*store.Run, error) {
+	b, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.GetRun(ctx, id)
+}
+
+func (l *lazyBackend) History(ctx context.Context, id string) ([]store.Event, error) {
+	b, err := l.get()
+	if err != nil {
+		return nil, err
+	}
+	return b.History(ctx, id)
+}
+
+func (l *lazyBackend) CancelRun(ctx context.Context, id, reason string) error {
+	b, err := l.get()
+	if err != nil {
+		return err
+	}
+	return b.CancelRun(ctx, id, reason)
+}
+
+func (l *lazyBackend) RedriveRun(ctx context.Context, id, by string) error {
+	b, err := l.get()
+	if err != nil {
+		return err
+	}
+	return b.RedriveRun(ctx, id, by)
+}
+
+func (l *lazyBackend) SignalRun(ctx context.Context, id, name string, payload json.RawMessage) error {
+	b, err := l.get()
+	if err != nil {
+		return err
+	}
+	return b.SignalRun(ctx, id, name, payload)
+}
+
+func (l *lazyBackend) Close() error {
+	if l.b == nil {
+		return nil
+	}
+	return l.b.Close()
 }
 
 func runsMain(args []string, stdout, stderr io.Writer) int {
