@@ -146,15 +146,17 @@ func inGroup(t *testing.T, s *postgres.Store, dsn, schema string, calls map[stri
 		_, err := s.SignalSend(ctx, &store.SignalSendParams{RunID: "r0", Name: "blocked"})
 		results <- result{"blocked", err}
 	})
+	var blocked int
+	var blockedErr error
 	waitFor(t, func() bool {
-		var n int
-		err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", conn.PgConn().PID()).Scan(&n)
-		return err == nil && n == 1
-	})
+		blockedErr = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", conn.PgConn().PID()).Scan(&blocked)
+		return blockedErr == nil && blocked == 1
+	}, func() string { return fmt.Sprintf("backends blocked by the lock: %d (%v), want 1", blocked, blockedErr) })
 	for name, call := range calls {
 		wg.Go(func() { results <- result{name, call()} })
 	}
-	waitFor(t, func() bool { return postgres.QueuedTransitions(s) == len(calls) })
+	waitFor(t, func() bool { return postgres.QueuedTransitions(s) == len(calls) },
+		func() string { return fmt.Sprintf("%d transitions queued, want %d", postgres.QueuedTransitions(s), len(calls)) })
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +190,7 @@ func checkHistory(t *testing.T, s *postgres.Store, id string, want ...store.Even
 
 // waitFor polls cond until it holds, or fails the test after 30 s: CI
 // runs every package at once under -race, engine processes among them.
-func waitFor(t *testing.T, cond func() bool) {
+func waitFor(t *testing.T, cond func() bool, state ...func() string) {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(10 * time.Millisecond)
@@ -196,6 +198,9 @@ func waitFor(t *testing.T, cond func() bool) {
 	for !cond() {
 		select {
 		case <-deadline:
+			for _, s := range state {
+				t.Log(s())
+			}
 			t.Fatal("condition not met after 30s")
 		case <-tick.C:
 		}
