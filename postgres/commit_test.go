@@ -151,12 +151,16 @@ func inGroup(t *testing.T, s *postgres.Store, dsn, schema string, calls map[stri
 	waitFor(t, func() bool {
 		blockedErr = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", conn.PgConn().PID()).Scan(&blocked)
 		return blockedErr == nil && blocked == 1
-	}, func() string { return fmt.Sprintf("backends blocked by the lock: %d (%v), want 1", blocked, blockedErr) })
+	}, func() string {
+		return fmt.Sprintf("backends blocked by the lock: %d (%v), want 1", blocked, blockedErr)
+	})
 	for name, call := range calls {
 		wg.Go(func() { results <- result{name, call()} })
 	}
 	waitFor(t, func() bool { return postgres.QueuedTransitions(s) == len(calls) },
-		func() string { return fmt.Sprintf("%d transitions queued, want %d", postgres.QueuedTransitions(s), len(calls)) })
+		func() string {
+			return fmt.Sprintf("%d transitions queued, want %d", postgres.QueuedTransitions(s), len(calls))
+		})
 	if _, err := conn.Exec(ctx, "COMMIT"); err != nil {
 		t.Fatal(err)
 	}
