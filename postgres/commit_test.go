@@ -146,10 +146,13 @@ func inGroup(t *testing.T, s *postgres.Store, dsn, schema string, calls map[stri
 		_, err := s.SignalSend(ctx, &store.SignalSendParams{RunID: "r0", Name: "blocked"})
 		results <- result{"blocked", err}
 	})
+	// Watched from another connection: within conn's transaction,
+	// pg_stat_activity is the snapshot its first read took.
+	watcher := connect(t, dsn)
 	var blocked int
 	var blockedErr error
 	waitFor(t, func() bool {
-		blockedErr = conn.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", conn.PgConn().PID()).Scan(&blocked)
+		blockedErr = watcher.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid))", conn.PgConn().PID()).Scan(&blocked)
 		return blockedErr == nil && blocked == 1
 	}, func() string {
 		return fmt.Sprintf("backends blocked by the lock: %d (%v), want 1", blocked, blockedErr)
