@@ -24,7 +24,7 @@ var peers struct {
 // joinPeers enters the engine among the running engines of its store, if
 // the store sends no notices, and returns what takes it out.
 func (e *Engine) joinPeers() (leave func()) {
-	if _, ok := e.store.(store.Notifier); ok || !reflect.TypeOf(e.store).Comparable() {
+	if !e.peered() {
 		return func() {}
 	}
 	peers.mu.Lock()
@@ -48,7 +48,7 @@ func (e *Engine) joinPeers() (leave func()) {
 // peers returns the other running engines on the engine's store that
 // joinPeers entered.
 func (e *Engine) peers() []*Engine {
-	if _, ok := e.store.(store.Notifier); ok || !reflect.TypeOf(e.store).Comparable() {
+	if !e.peered() {
 		return nil
 	}
 	peers.mu.Lock()
@@ -60,4 +60,12 @@ func (e *Engine) peers() []*Engine {
 		}
 	}
 	return others
+}
+
+// peered reports whether the engine's store makes peers of its engines:
+// it sends no notices, and can key the registry (a store value that is a
+// pointer, as the stores are).
+func (e *Engine) peered() bool {
+	_, notifies := e.store.(store.Notifier)
+	return !notifies && reflect.TypeOf(e.store).Comparable()
 }
