@@ -28,6 +28,33 @@ var (
 // ErrNotRegistered: StartRun names a workflow this engine does not have.
 var ErrNotRegistered = errors.New("not registered")
 
+// The longest texts an action on a run takes, in bytes: a signal's name,
+// and a cancel's reason or a redrive's "by", which its history keeps.
+const (
+	MaxSignalName = 200
+	MaxReason     = 500
+)
+
+// An ArgumentError is an argument an action on a run refuses, before it
+// changes anything: Name names it (name, reason, by).
+type ArgumentError struct {
+	Name, Problem string
+}
+
+func (e *ArgumentError) Error() string { return e.Name + ": " + e.Problem }
+
+// checkText refuses text named name that is longer than most bytes, or
+// empty when required.
+func checkText(name, text string, most int, required bool) error {
+	switch {
+	case required && text == "":
+		return &ArgumentError{name, "is required"}
+	case len(text) > most:
+		return &ArgumentError{name, fmt.Sprintf("has %d bytes; at most %d", len(text), most)}
+	}
+	return nil
+}
+
 // Error types the engine itself gives to failed attempts and runs.
 const (
 	// TypeTimeout: the attempt ran past its policy's timeout.

@@ -127,10 +127,14 @@ func (e *Engine) History(ctx context.Context, id string) ([]Event, error) {
 	return e.store.HistoryList(ctx, &store.HistoryListParams{RunID: id})
 }
 
-// Cancel cancels a run: its timers and pending steps are dropped, running
+// CancelRun cancels a run: its timers and pending steps are dropped, running
 // attempts are cancelled with cause ErrCancelled and their results
-// rejected. Cancelling a finished run returns ErrRunFinished.
+// rejected. Cancelling a finished run returns ErrRunFinished; a reason
+// longer than MaxReason, an *ArgumentError.
 func (e *Engine) CancelRun(ctx context.Context, id, reason string) error {
+	if err := checkText("reason", reason, MaxReason, false); err != nil {
+		return fmt.Errorf("cancel run %s: %w", id, err)
+	}
 	c, err := e.store.RunCancel(ctx, &store.RunCancelParams{ID: id, Reason: reason})
 	if err != nil {
 		return fmt.Errorf("cancel run %s: %w", id, err)
@@ -205,12 +209,13 @@ func (e *Engine) stopRun(id string) {
 	}
 }
 
-// Signal sends a named signal with a payload to a run; the workflow takes
-// it with WaitSignal. Signals sent before the wait are kept, in order.
-// A finished run gives ErrRunFinished.
+// SignalRun sends a named signal with a payload to a run; the workflow
+// takes it with WaitSignal. Signals sent before the wait are kept, in
+// order. A finished run gives ErrRunFinished; an empty name, or one longer
+// than MaxSignalName, an *ArgumentError.
 func (e *Engine) SignalRun(ctx context.Context, runID, name string, payload any) error {
-	if name == "" {
-		return errors.New("signal: name is empty")
+	if err := checkText("name", name, MaxSignalName, true); err != nil {
+		return fmt.Errorf("signal run %s: %w", runID, err)
 	}
 	b, err := json.Marshal(payload)
 	if err != nil {
@@ -224,11 +229,14 @@ func (e *Engine) SignalRun(ctx context.Context, runID, name string, payload any)
 	return nil
 }
 
-// Redrive gives a run that failed because a step exhausted its policy a
+// RedriveRun gives a run that failed because a step exhausted its policy a
 // second chance, once the cause is fixed: the step gets a fresh attempt
 // budget and the workflow goes on from there. by says who, for the
-// history; earlier attempts stay in it.
+// history (at most MaxReason bytes); earlier attempts stay in it.
 func (e *Engine) RedriveRun(ctx context.Context, runID, by string) error {
+	if err := checkText("by", by, MaxReason, false); err != nil {
+		return fmt.Errorf("redrive run %s: %w", runID, err)
+	}
 	if _, err := e.store.RunRedrive(ctx, &store.RunRedriveParams{ID: runID, By: by}); err != nil {
 		return fmt.Errorf("redrive run %s: %w", runID, err)
 	}

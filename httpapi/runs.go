@@ -251,7 +251,10 @@ func runID(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // runError answers an error of the store about run id.
 func (a *api) runError(w http.ResponseWriter, r *http.Request, id string, err error) {
+	var arg *reprise.ArgumentError
 	switch {
+	case errors.As(err, &arg):
+		writeProblem(w, invalid(arg.Name, "%s", arg.Error()))
 	case errors.Is(err, store.ErrNotFound):
 		writeProblem(w, notFound("no run %q", id))
 	case errors.Is(err, store.ErrRunFinished):
@@ -532,10 +535,6 @@ func (a *api) signalRun(w http.ResponseWriter, r *http.Request) {
 	var req signalRequest
 	if p := decode(w, r, a.opts.MaxBodyBytes, &req); p != nil {
 		writeProblem(w, p)
-		return
-	}
-	if req.Name == "" {
-		writeProblem(w, invalid("name", "the signal's name is required"))
 		return
 	}
 	if len(req.Payload) == 0 {

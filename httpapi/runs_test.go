@@ -318,6 +318,29 @@ func TestCancelRun(t *testing.T) {
 	}
 }
 
+// TestActionTextBounds: a signal's name, a cancel's reason and a
+// redrive's by longer than the engine's bounds are 400 on their field,
+// and change nothing.
+func TestActionTextBounds(t *testing.T) {
+	t.Parallel()
+	s := newTestServer(t, Options{}, sleeper)
+	if _, _, err := s.c.StartRun(t.Context(), "sleeper", nil, "s"); err != nil {
+		t.Fatal(err)
+	}
+	long := func(n int) string { return strings.Repeat("x", n) }
+	s.wantProblem(t, "POST", "/v1/runs/s/signals", `{"name":"`+long(reprise.MaxSignalName+1)+`"}`, 400, "name")
+	s.wantProblem(t, "POST", "/v1/runs/s/signals", `{"payload":1}`, 400, "name")
+	s.wantProblem(t, "POST", "/v1/runs/s/cancel", `{"reason":"`+long(reprise.MaxReason+1)+`"}`, 400, "reason")
+	s.wantProblem(t, "POST", "/v1/runs/s/redrive", `{"by":"`+long(reprise.MaxReason+1)+`"}`, 400, "by")
+	events, err := s.c.History(t.Context(), "s")
+	if err != nil || len(events) == 0 || events[len(events)-1].Type.EndsRun() || events[len(events)-1].Type == store.EventSignalReceived {
+		t.Fatalf("the run changed: %v %+v", err, events)
+	}
+	if status, body := s.call(t, "POST", "/v1/runs/s/signals", `{"name":"`+long(reprise.MaxSignalName)+`"}`); status != http.StatusAccepted {
+		t.Fatalf("a name of the longest length: %d %s", status, body)
+	}
+}
+
 func TestAuth(t *testing.T) {
 	t.Parallel()
 	s := newTestServer(t, Options{Token: "sesame"}, echo)

@@ -193,12 +193,10 @@ func allowed(d actionData) actionData {
 	return d
 }
 
-// Bounds of an action's fields.
-const (
-	maxReason  = 500
-	maxName    = 200
-	maxPayload = 64 << 10
-)
+// maxPayload bounds a signal's payload given in the form; the rest of an
+// action's fields have the engine's bounds (reprise.MaxSignalName,
+// MaxReason).
+const maxPayload = 64 << 10
 
 // doAction carries out a confirmed action, and goes back to the run's
 // page, which says what was done.
@@ -270,16 +268,16 @@ func (d *actionData) check() string {
 	switch {
 	case !utf8.ValidString(d.Reason+d.By+d.Name+d.Payload) || strings.ContainsRune(d.Reason+d.By+d.Name+d.Payload, 0):
 		return "The form holds text that is not valid UTF-8, or a NUL."
-	case len(d.Reason) > maxReason:
-		return fmt.Sprintf("The reason has %d characters; give at most %d.", len(d.Reason), maxReason)
-	case len(d.By) > maxReason:
-		return fmt.Sprintf("Who redrives has %d characters; give at most %d.", len(d.By), maxReason)
+	case len(d.Reason) > reprise.MaxReason:
+		return fmt.Sprintf("The reason has %d characters; give at most %d.", len(d.Reason), reprise.MaxReason)
+	case len(d.By) > reprise.MaxReason:
+		return fmt.Sprintf("Who redrives has %d characters; give at most %d.", len(d.By), reprise.MaxReason)
 	case d.Action != "signal":
 		return ""
 	case d.Name == "":
 		return "Give the signal's name: the name the workflow waits for (reprise.WaitSignal)."
-	case len(d.Name) > maxName:
-		return fmt.Sprintf("The signal's name has %d characters; give at most %d.", len(d.Name), maxName)
+	case len(d.Name) > reprise.MaxSignalName:
+		return fmt.Sprintf("The signal's name has %d characters; give at most %d.", len(d.Name), reprise.MaxSignalName)
 	case len(d.Payload) > maxPayload:
 		return fmt.Sprintf("The payload has %d bytes; give at most %d.", len(d.Payload), maxPayload)
 	case d.Payload != "":
