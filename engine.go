@@ -131,8 +131,7 @@ type Engine struct {
 	// found too few to evict, so the next block tries again; draining,
 	// that the resident runs passed the limit and are not yet down to the
 	// low water (park.go).
-	parked        map[string]parkedRun
-	parkedParents map[string]string // parked child run → its parent
+	parked map[string]parkedRun
 	// startsUnderWay counts the StartRun calls admitted and not yet
 	// settled, queuedStarts the runs started here whose first steps wait
 	// in the queue (admit.go).
@@ -244,25 +243,24 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger, id: cfg.WorkerID,
-		ready:         make(chan struct{}),
-		policies:      make(map[string]*compiledPolicy),
-		workflows:     make(map[string]*workflowEntry),
-		steps:         make(map[string]*stepEntry),
-		remote:        make(map[string]*stepEntry),
-		replayers:     make(map[string]*replayer),
-		parked:        make(map[string]parkedRun),
-		parkedParents: make(map[string]string),
-		queuedStarts:  make(map[string]struct{}),
-		evictc:        make(chan struct{}, 1),
-		waiters:       make(map[string][]chan *Run),
-		attempts:      make(map[int64]*attempt),
-		goroutines:    newGopool(time.Second),
-		perStep:       make(map[string]int),
-		reservedBy:    make(map[string]int),
-		gone:          make(map[string]bool),
-		kickc:         make(chan struct{}, 1),
-		claimc:        make(chan struct{}, 1),
-		act:           newActivity(cfg.Observer),
+		ready:        make(chan struct{}),
+		policies:     make(map[string]*compiledPolicy),
+		workflows:    make(map[string]*workflowEntry),
+		steps:        make(map[string]*stepEntry),
+		remote:       make(map[string]*stepEntry),
+		replayers:    make(map[string]*replayer),
+		parked:       make(map[string]parkedRun),
+		queuedStarts: make(map[string]struct{}),
+		evictc:       make(chan struct{}, 1),
+		waiters:      make(map[string][]chan *Run),
+		attempts:     make(map[int64]*attempt),
+		goroutines:   newGopool(time.Second),
+		perStep:      make(map[string]int),
+		reservedBy:   make(map[string]int),
+		gone:         make(map[string]bool),
+		kickc:        make(chan struct{}, 1),
+		claimc:       make(chan struct{}, 1),
+		act:          newActivity(cfg.Observer),
 	}
 	def := retry.Default
 	if cfg.DefaultPolicy != nil {
@@ -403,7 +401,6 @@ func (e *Engine) Run(ctx context.Context) error {
 	e.mu.Lock()
 	e.running = false
 	clear(e.parked) // their leases are released below
-	clear(e.parkedParents)
 	clear(e.queuedStarts)
 	e.mu.Unlock()
 	e.dropWaiting()

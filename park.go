@@ -27,8 +27,7 @@ import (
 var errEvicted = errors.New("run evicted from memory")
 
 // A parkedRun is what the engine keeps of a run it evicted: small, as
-// there may be millions. A child run's parent is kept aside, in
-// Engine.parkedParents.
+// there may be millions.
 type parkedRun struct {
 	workflow string
 	token    int64
@@ -223,9 +222,6 @@ func (e *Engine) parkReplayer(r *replayer) {
 	}
 	if e.running {
 		e.parked[r.id] = p
-		if r.parentID != "" {
-			e.parkedParents[r.id] = r.parentID
-		}
 	}
 	e.mu.Unlock()
 	e.replayersWG.Done()
@@ -259,7 +255,6 @@ func (e *Engine) wakeRun(id string, events []Event) {
 // and its history before it replays. e.mu must be held.
 func (e *Engine) reviveLocked(id string, p parkedRun) *replayer {
 	delete(e.parked, id)
-	delete(e.parkedParents, id)
 	wf := e.workflows[p.workflow]
 	if wf == nil || !e.running {
 		return nil
@@ -362,17 +357,4 @@ func (e *Engine) resyncParkedLocked(now time.Time) {
 		p.pollAt, p.pollEvery = now.UnixNano(), max(p.pollEvery, e.cfg.PollInterval)
 		e.parked[id] = p
 	}
-}
-
-// unparkLocked forgets a parked run that was cancelled, and returns its
-// parked children, which the store cancelled with it. e.mu must be held.
-func (e *Engine) unparkLocked(id string) (children []string) {
-	delete(e.parked, id)
-	delete(e.parkedParents, id)
-	for cid, parent := range e.parkedParents {
-		if parent == id {
-			children = append(children, cid)
-		}
-	}
-	return children
 }

@@ -143,7 +143,6 @@ func (e *Engine) startReplayer(lease store.RunLease, fresh, claimed bool) {
 	if p, ok := e.parked[lease.Run.ID]; ok {
 		// Parked, and claimed back after its lease lapsed: the newer token.
 		delete(e.parked, lease.Run.ID)
-		delete(e.parkedParents, lease.Run.ID)
 		lease.Token = max(lease.Token, p.token)
 	}
 	if r := e.replayers[lease.Run.ID]; r != nil {

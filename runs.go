@@ -182,8 +182,11 @@ func (e *Engine) cancelChild(id string) {
 	})
 }
 
-// stopRun stops what this engine runs for a cancelled run and its
-// children, which the store cancelled with it.
+// stopRun stops what this engine runs for a cancelled run: its attempts,
+// its workflow code, resident or parked. The runs below it, which the
+// store cancelled with it, are stopped by their own calls (the store names
+// them: descendantsCancelled), or hear of it as any run cancelled
+// elsewhere does.
 func (e *Engine) stopRun(id string) {
 	e.mu.Lock()
 	r := e.replayers[id]
@@ -192,21 +195,13 @@ func (e *Engine) stopRun(id string) {
 			a.stop(e, ErrCancelled)
 		}
 	}
-	children := e.unparkLocked(id)
+	delete(e.parked, id)
 	e.startedLocked(id)
-	for cid, c := range e.replayers {
-		if c.parentID == id {
-			children = append(children, cid)
-		}
-	}
 	e.mu.Unlock()
 	if r != nil {
 		r.stop(ErrCancelled)
 	}
 	e.wakeWaiters(id, nil)
-	for _, cid := range children {
-		e.stopRun(cid)
-	}
 }
 
 // SignalRun sends a named signal with a payload to a run; the workflow
