@@ -63,7 +63,7 @@ func (e *Engine) dispatch(ctx context.Context) {
 			}
 			continue
 		}
-		if next.IsZero() || len(e.peers()) > 0 {
+		if next.IsZero() || e.hasPeers() {
 			// Peers on this store schedule work that no notice tells of.
 			next = earliest(next, e.clock.Now().Add(e.cfg.PollInterval))
 		}

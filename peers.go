@@ -62,6 +62,17 @@ func (e *Engine) peers() []*Engine {
 	return others
 }
 
+// hasPeers reports whether another engine runs on the engine's store, as
+// peers would, without making the list.
+func (e *Engine) hasPeers() bool {
+	if !e.peered() {
+		return false
+	}
+	peers.mu.Lock()
+	defer peers.mu.Unlock()
+	return len(peers.on[e.store]) > 1
+}
+
 // peered reports whether the engine's store makes peers of its engines:
 // it sends no notices, and can key the registry (a store value that is a
 // pointer, as the stores are).
