@@ -119,10 +119,7 @@ func TestServerShowsNoSecrets(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			db := filepath.Join(t.TempDir(), "reprise.db")
-			if kind == "postgres" {
-				db = pgServerDB(t, "reprise_cli_secrets")
-			}
+			db := kindDB(t, kind, "reprise_cli_secrets")
 			ep := newSecretEndpoint(t)
 			// A stored flow that does not parse, as another server might
 			// have kept it: the server logs its error, which quotes its URL,
@@ -265,10 +262,7 @@ func TestFlowRunShowsNoSecrets(t *testing.T) {
 	for _, kind := range []string{"sqlite", "postgres"} {
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			db := filepath.Join(t.TempDir(), "reprise.db")
-			if kind == "postgres" {
-				db = pgServerDB(t, "reprise_cli_flowrun_secrets")
-			}
+			db := kindDB(t, kind, "reprise_cli_flowrun_secrets")
 			ep := newSecretEndpoint(t)
 			file := filepath.Join(t.TempDir(), "pay.yaml")
 			src := strings.Replace(payFlow(ep), "  notify:\n    needs: [charge]\n    pull: true\n    input: {callback: \"{{ input.callback }}\"}\n", "", 1)

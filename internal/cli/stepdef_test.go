@@ -229,6 +229,16 @@ func waitRunLong(t *testing.T, c *httpapi.Client, id string) *store.Run {
 	}
 }
 
+// kindDB returns a --db of the kind named: a SQLite file of the test's
+// own, or, for "postgres", pgServerDB's schema.
+func kindDB(t *testing.T, kind, prefix string) string {
+	t.Helper()
+	if kind == "postgres" {
+		return pgServerDB(t, prefix)
+	}
+	return filepath.Join(t.TempDir(), "reprise.db")
+}
+
 // pgServerDB returns a --db URL of a schema of the test's own on the
 // PostgreSQL server of REPRISE_TEST_POSTGRES, or skips the test.
 func pgServerDB(t *testing.T, prefix string) string {
